@@ -1,0 +1,1 @@
+"""Image captioning: Att2in on COCO bottom-up features with Bayesian attention (in progress)."""

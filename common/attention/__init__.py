@@ -1,0 +1,37 @@
+"""Attention normalizers: one implementation per paper, in dense and edge-wise layouts.
+
+>>> from common import attention
+>>> norm = attention.build("bam-wc", key_dim=64)
+>>> with attention.aux_losses() as aux:
+...     weights = norm(scores, mask=mask, keys=keys)        # dense [..., heads, q, k]
+>>> loss = task_loss + kl_weight * aux.total()
+
+Variants: ``softmax``; BAM ``bam-wf``, ``bam-wc``, ``bam-lf``, ``bam-lc`` (Weibull/Lognormal
+posterior, fixed/contextual prior); ``entmax`` (learnable alpha), ``entmax15``, ``sparsemax``.
+"""
+from functools import partial
+
+from . import functional
+from .aux import AuxLosses, add_aux_loss, aux_losses, collecting
+from .bam import BAM, ContextualPrior
+from .base import Normalizer, mc_sampling
+from .entmax import Entmax, Entmax15, Sparsemax
+from .groups import DenseGroups, EdgeGroups
+from .registry import available, build, register
+from .schedule import KLSchedule
+from .softmax import Softmax
+
+register("softmax", Softmax)
+register("bam-wf", partial(BAM, posterior="weibull", prior="fixed"))
+register("bam-wc", partial(BAM, posterior="weibull", prior="contextual"))
+register("bam-lf", partial(BAM, posterior="lognormal", prior="fixed"))
+register("bam-lc", partial(BAM, posterior="lognormal", prior="contextual"))
+register("entmax", Entmax)
+register("entmax15", Entmax15)
+register("sparsemax", Sparsemax)
+
+__all__ = [
+    "AuxLosses", "BAM", "ContextualPrior", "DenseGroups", "EdgeGroups", "Entmax", "Entmax15",
+    "KLSchedule", "Normalizer", "Softmax", "Sparsemax", "add_aux_loss", "available",
+    "aux_losses", "build", "collecting", "functional", "mc_sampling", "register",
+]

@@ -1,0 +1,180 @@
+"""Bayesian attention modules (Fan, Zhang, Chen & Zhou, NeurIPS 2020).
+
+Unnormalised weights ``S`` are drawn from a Weibull or Lognormal posterior whose mean is
+``exp(logits)``; the attention is ``W = S / sum_j S`` (Sec. 3.2). In log space, with
+``p = softmax(logits)``:
+
+* Weibull(k, lambda), ``lambda = p / Gamma(1 + 1/k)``: ``W = softmax(logits + log(-log(1-u)) / k)``
+* Lognormal(mu, sigma^2), ``mu = log p - sigma^2/2``: ``W = softmax(logits + sigma * eps)``
+
+The prior is fixed (Gamma(alpha, beta) / Lognormal(mu_p, sigma_p^2)) or key-contextual
+(Sec. 3.3): ``pi = softmax_j(F2(relu(F1(k_j))))`` over the keys of each query, then
+``alpha = beta * pi`` (Gamma) or ``mu_p = log pi - sigma_p^2/2`` (Lognormal, so that the
+prior mean is ``pi`` just as the posterior mean is ``p``; the official code omits the
+``-sigma_p^2/2``, which only matters when ``sigma_p != sigma_q``).
+
+The analytic KL (Eq. 4) is averaged over real (unmasked) entries of every head and added
+to the active :func:`~common.attention.aux_losses` collector as ``"bam_kl"``, with its
+gradient. Training samples; evaluation uses the posterior mean, which is plain softmax,
+unless :func:`~common.attention.mc_sampling` is on.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+from torch import Tensor, nn
+
+from .aux import add_aux_loss, collecting
+from .base import Normalizer
+from .functional import kl_lognormal, kl_weibull_gamma_log, lognormal_log_noise, weibull_log_noise
+from .groups import make_groups
+
+POSTERIORS = ("weibull", "lognormal")
+PRIORS = ("fixed", "contextual")
+
+
+class ContextualPrior(nn.Module):
+    """``F2(act(F1(k)))``: one prior logit per key, shared by all heads (BAM Sec. 3.3)."""
+
+    def __init__(self, key_dim: int, d_mid: int = 10, activation: str = "relu"):
+        super().__init__()
+        activations = {"relu": nn.ReLU(), "leaky_relu": nn.LeakyReLU(0.1), "tanh": nn.Tanh()}
+        if activation not in activations:
+            raise ValueError(f"prior activation must be one of {sorted(activations)}, got {activation!r}")
+        self.hidden = nn.Linear(key_dim, d_mid)
+        self.activation = activations[activation]
+        self.out = nn.Linear(d_mid, 1)
+        # The official code's initialisation: N(0, 1/key_dim) and N(0, 1/d_mid), zero bias.
+        nn.init.normal_(self.hidden.weight, std=math.sqrt(1 / key_dim))
+        nn.init.normal_(self.out.weight, std=math.sqrt(1 / d_mid))
+        nn.init.zeros_(self.hidden.bias)
+        nn.init.zeros_(self.out.bias)
+
+    def forward(self, keys: Tensor) -> Tensor:
+        return self.out(self.activation(self.hidden(keys))).squeeze(-1)
+
+
+class BAM(Normalizer):
+    """Stochastic attention with a Weibull or Lognormal posterior and a fixed or contextual prior.
+
+    Args:
+        posterior: ``"weibull"`` or ``"lognormal"``.
+        prior: ``"fixed"`` or ``"contextual"`` (needs ``key_dim`` and ``keys`` at call time).
+        k: Weibull shape; larger is closer to deterministic softmax (noise std ~ 1.28/k).
+        sigma: Lognormal posterior std in log space; smaller is closer to softmax.
+        prior_sigma: Lognormal prior std (defaults to ``sigma``).
+        beta: Gamma prior rate (contextual prior: ``alpha = beta * pi``).
+        prior_alpha: Gamma prior shape of the fixed prior.
+        prior_mu: Lognormal prior location of the fixed prior.
+        d_mid: hidden size of the contextual prior network.
+        key_dim: size of each key vector (contextual prior).
+        prior_activation: ``relu`` (default), ``leaky_relu`` or ``tanh``.
+    """
+
+    stochastic = True
+
+    def __init__(
+        self,
+        posterior: str = "weibull",
+        prior: str = "contextual",
+        *,
+        k: float = 10.0,
+        sigma: float = 0.1,
+        prior_sigma: Optional[float] = None,
+        beta: float = 1.0,
+        prior_alpha: float = 1.0,
+        prior_mu: float = 0.0,
+        d_mid: int = 10,
+        key_dim: Optional[int] = None,
+        num_heads: Optional[int] = None,
+        prior_activation: str = "relu",
+    ):
+        super().__init__()
+        if posterior not in POSTERIORS:
+            raise ValueError(f"posterior must be one of {POSTERIORS}, got {posterior!r}")
+        if prior not in PRIORS:
+            raise ValueError(f"prior must be one of {PRIORS}, got {prior!r}")
+        if k <= 0 or sigma <= 0 or beta <= 0 or prior_alpha <= 0:
+            raise ValueError("k, sigma, beta and prior_alpha must be positive")
+        self.posterior, self.prior_type = posterior, prior
+        self.k, self.sigma, self.beta = float(k), float(sigma), float(beta)
+        self.prior_sigma = float(sigma if prior_sigma is None else prior_sigma)
+        self.prior_alpha, self.prior_mu = float(prior_alpha), float(prior_mu)
+        self.prior_net: Optional[ContextualPrior] = None
+        if prior == "contextual":
+            if key_dim is None:
+                raise ValueError(
+                    "a contextual prior needs key_dim=<size of each key vector> "
+                    "(e.g. build('bam-wc', key_dim=64)) and keys=... at call time"
+                )
+            self.prior_net = ContextualPrior(key_dim, d_mid, prior_activation)
+
+    def extra_repr(self) -> str:
+        spread = f"k={self.k}" if self.posterior == "weibull" else f"sigma={self.sigma}"
+        return f"posterior={self.posterior}, prior={self.prior_type}, {spread}"
+
+    # ------------------------------------------------------------------ forward ----
+    def normalize(self, scores: Tensor, groups, keys=None, key_index=None) -> Tensor:
+        if self.sampling:
+            weights = groups.softmax(scores + self._log_noise(scores))
+        else:
+            weights = groups.softmax(scores)  # the posterior mean: E[S] = exp(logits)
+        if collecting():
+            add_aux_loss("bam_kl", self._kl(scores, groups, keys, key_index))
+        return weights
+
+    def _log_noise(self, scores: Tensor) -> Tensor:
+        if self.posterior == "weibull":
+            return weibull_log_noise(scores, self.k)
+        return lognormal_log_noise(scores, self.sigma)
+
+    # ------------------------------------------------------------------ prior ------
+    def _prior_log_weights(self, scores: Tensor, groups, keys, key_index) -> Tensor:
+        """``log pi``: the contextual prior's log-weights over the keys of each query."""
+        if keys is None:
+            raise ValueError(f"{self.extra_repr()}: a contextual prior needs keys=... in the call")
+        logits = self.prior_net(keys)
+        if key_index is not None:  # per-node keys, gathered to edges
+            logits = logits.index_select(0, key_index)
+        elif scores.dim() == logits.dim() + 1:  # dense [..., keys] -> [..., 1, keys]
+            logits = logits.unsqueeze(-2)
+        return groups.log_softmax(logits.expand_as(scores))
+
+    def prior_weights(
+        self,
+        scores: Tensor,
+        mask: Optional[Tensor] = None,
+        keys: Optional[Tensor] = None,
+        *,
+        index: Optional[Tensor] = None,
+        num_nodes: Optional[int] = None,
+        key_index: Optional[Tensor] = None,
+    ) -> Tensor:
+        """The contextual prior's mean attention ``pi`` (for plots such as the paper's Fig. 1)."""
+        if self.prior_net is None:
+            raise ValueError("prior_weights needs a contextual prior (bam-wc or bam-lc)")
+        groups = make_groups(scores, mask, index, num_nodes)
+        return groups.zero_masked(self._prior_log_weights(scores, groups, keys, key_index).exp())
+
+    # ------------------------------------------------------------------ KL ---------
+    def _kl(self, scores: Tensor, groups, keys, key_index) -> Tensor:
+        # Masked entries are set to 0 before the closed forms so they stay finite (and
+        # their gradient is exactly zero); groups.mean then ignores them.
+        logp = groups.fill(groups.log_softmax(scores), 0.0)
+        log_pi = None
+        if self.prior_net is not None:
+            log_pi = groups.fill(self._prior_log_weights(scores, groups, keys, key_index), 0.0)
+        if self.posterior == "weibull":
+            log_lam = logp - math.lgamma(1 + 1 / self.k)
+            if log_pi is None:
+                alpha = self.prior_alpha
+            else:
+                alpha = self.beta * log_pi.clamp_min(math.log(torch.finfo(scores.dtype).tiny)).exp()
+            kl = kl_weibull_gamma_log(self.k, log_lam, alpha, self.beta)
+        else:
+            mu_q = logp - self.sigma**2 / 2
+            mu_p = self.prior_mu if log_pi is None else log_pi - self.prior_sigma**2 / 2
+            kl = kl_lognormal(mu_q, self.sigma, mu_p, self.prior_sigma)
+        return groups.mean(kl)

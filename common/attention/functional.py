@@ -1,0 +1,136 @@
+"""Closed forms and samplers of the Bayesian attention modules (Fan et al., 2020), and
+alpha-entmax by bisection over any layout (Peters et al., 2019).
+
+Everything works in log space: the BAM sample is ``softmax(logits + noise)`` (the constant
+``-lgamma(1 + 1/k)`` or ``-sigma^2/2`` shifts cancel inside the softmax), and the KL terms
+take ``log(lambda)`` / ``mu`` directly so no ``log(p + eps)`` is ever formed.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+EULER_GAMMA = 0.5772156649015329
+
+
+def _as_tensor(x, like: Tensor) -> Tensor:
+    return x if isinstance(x, Tensor) else torch.as_tensor(x, dtype=like.dtype, device=like.device)
+
+
+def kl_weibull_gamma_log(k, log_lam: Tensor, alpha, beta) -> Tensor:
+    r"""KL(Weibull(k, lambda) || Gamma(alpha, beta)) from ``log(lambda)`` (BAM paper, Sec. 3.2):
+
+    .. math:: \frac{\gamma\alpha}{k} - \alpha\log\lambda + \log k + \beta\lambda\Gamma(1+\frac1k)
+              - \gamma - 1 - \alpha\log\beta + \log\Gamma(\alpha)
+    """
+    k = _as_tensor(k, log_lam)
+    alpha = _as_tensor(alpha, log_lam)
+    beta = _as_tensor(beta, log_lam)
+    lam_mean = torch.exp(log_lam + torch.lgamma(1 + 1 / k))  # lambda * Gamma(1 + 1/k), the Weibull mean
+    return (
+        EULER_GAMMA * alpha / k
+        - alpha * log_lam
+        + torch.log(k)
+        + beta * lam_mean
+        - EULER_GAMMA
+        - 1
+        - alpha * torch.log(beta)
+        + torch.lgamma(alpha)
+    )
+
+
+def kl_weibull_gamma(k, lam: Tensor, alpha, beta) -> Tensor:
+    """KL(Weibull(k, lam) || Gamma(alpha, beta)), elementwise; see :func:`kl_weibull_gamma_log`."""
+    return kl_weibull_gamma_log(k, torch.log(lam), alpha, beta)
+
+
+def kl_lognormal(mu_q: Tensor, sigma_q, mu_p, sigma_p) -> Tensor:
+    r"""KL(Lognormal(mu_q, sigma_q^2) || Lognormal(mu_p, sigma_p^2)) (BAM paper, Sec. 3.2):
+
+    .. math:: \log\frac{\sigma_p}{\sigma_q} + \frac{\sigma_q^2 + (\mu_q-\mu_p)^2}{2\sigma_p^2} - \frac12
+    """
+    sigma_q = _as_tensor(sigma_q, mu_q)
+    sigma_p = _as_tensor(sigma_p, mu_q)
+    return (
+        torch.log(sigma_p / sigma_q)
+        + (sigma_q**2 + (mu_q - mu_p) ** 2) / (2 * sigma_p**2)
+        - 0.5
+    )
+
+
+def weibull_log_noise(like: Tensor, k: float) -> Tensor:
+    r"""``(1/k) log(-log(1-u))``, u ~ U(0,1): the log of a Weibull(k, 1) sample (BAM Eq. for S).
+
+    ``u`` is kept inside ``[tiny, 1 - eps]`` so the noise is always finite.
+    """
+    eps = torch.finfo(like.dtype).eps
+    u = torch.rand_like(like).clamp_(torch.finfo(like.dtype).tiny, 1 - eps)
+    return torch.log(-torch.log1p(-u)).div_(k)
+
+
+def lognormal_log_noise(like: Tensor, sigma: float) -> Tensor:
+    """``sigma * eps``, eps ~ N(0, 1): the log of a Lognormal(0, sigma^2) sample."""
+    return torch.randn_like(like).mul_(sigma)
+
+
+# --------------------------------------------------------------------------- entmax ---
+def entmax_bisect_groups(scores: Tensor, alpha: Tensor, groups, n_iter: int = 50) -> Tensor:
+    r"""alpha-entmax of every group by bisection on the threshold tau (Blondel et al., 2019):
+
+    .. math:: \mathrm{entmax}_\alpha(z)_j = [(\alpha-1)z_j - \tau]_+^{1/(\alpha-1)},\quad \sum_j = 1
+
+    ``groups`` is a :class:`~common.attention.groups.DenseGroups` or ``EdgeGroups``; ``alpha``
+    broadcasts against ``scores`` (values in (1, 2]). Gradients for scores and alpha are
+    analytic (the ``entmax`` package's formulas, applied per group).
+    """
+    return _EntmaxBisectGroups.apply(scores, alpha, groups, n_iter)
+
+
+class _EntmaxBisectGroups(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, scores: Tensor, alpha: Tensor, groups, n_iter: int) -> Tensor:
+        alpha = alpha.expand_as(scores)
+        exponent = 1 / (alpha - 1)
+        x = groups.fill(scores * (alpha - 1), float("-inf"))
+        size = groups.expand(groups.size(scores))
+        top = groups.expand(groups.max(x))
+        top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))  # fully masked rows
+        tau_lo = top - 1
+        tau_hi = top - size.clamp_min(1).pow(1 - alpha)  # top - (1/d)^(alpha-1)
+        width = tau_hi - tau_lo
+
+        def mass(tau):
+            return (x - tau).clamp_min(0).pow(exponent)
+
+        f_lo = groups.expand(groups.sum(mass(tau_lo))) - 1
+        for _ in range(n_iter):
+            width = width / 2
+            tau_mid = tau_lo + width
+            p = mass(tau_mid)
+            f_mid = groups.expand(groups.sum(p)) - 1
+            tau_lo = torch.where(f_mid * f_lo >= 0, tau_mid, tau_lo)
+        total = groups.expand(groups.sum(p))
+        p = groups.zero_masked(p / total.clamp_min(torch.finfo(p.dtype).tiny))
+        ctx.save_for_backward(p, alpha)
+        ctx.groups = groups
+        return p
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        p, alpha = ctx.saved_tensors
+        groups = ctx.groups
+        positive = p > 0
+        zero = p.new_zeros(())
+        gppr = torch.where(positive, p.clamp_min(torch.finfo(p.dtype).tiny).pow(2 - alpha), zero)
+        gppr_sum = groups.expand(groups.sum(gppr)).clamp_min(torch.finfo(p.dtype).tiny)
+        d_scores = grad * gppr
+        d_scores = d_scores - groups.expand(groups.sum(d_scores)) / gppr_sum * gppr
+        d_alpha = None
+        if ctx.needs_input_grad[1]:
+            plogp = torch.where(positive, p * torch.log(p.clamp_min(torch.finfo(p.dtype).tiny)), zero)
+            entropy = groups.expand(groups.sum(plogp))
+            skewed = gppr / gppr_sum
+            d_alpha = grad * (p - skewed) / (alpha - 1) ** 2 - grad * (plogp - skewed * entropy) / (alpha - 1)
+            d_alpha = groups.zero_masked(d_alpha)
+        return d_scores, d_alpha, None, None
+

@@ -1,0 +1,184 @@
+"""The two layouts every normalizer supports, behind one small interface.
+
+A *group* is the set of keys one query attends to; every normalizer maps the scores of
+a group to weights that sum to one over it.
+
+* :class:`DenseGroups`: scores ``[..., queries, keys]`` and an optional boolean ``mask``
+  broadcastable to them (``True`` = the key takes part, as in
+  ``torch.nn.functional.scaled_dot_product_attention``). Per-head tensors are laid out
+  ``[..., heads, queries, keys]``.
+* :class:`EdgeGroups`: scores ``[num_edges, heads]`` (or ``[num_edges]``) grouped by the
+  target node ``index``, the layout of ``torch_geometric.utils.softmax``. Memory stays
+  linear in the number of edges.
+
+Each layout provides per-group ``max``/``sum``, ``expand`` (group value -> its entries),
+``softmax``/``log_softmax`` and ``mean`` over real entries. Masked entries get exact zero
+weight and fully masked rows give all-zero weights, never NaN.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+from torch_geometric.utils import scatter
+
+
+class DenseGroups:
+    """Groups are the last dimension of ``[..., queries, keys]`` scores."""
+
+    head_dim = -3  # scores are [..., heads, queries, keys]
+
+    def __init__(self, mask: Optional[Tensor] = None):
+        if mask is not None and mask.dtype != torch.bool:
+            raise TypeError(
+                f"mask must be a boolean tensor (True = attend), got dtype {mask.dtype}; "
+                "convert an additive -inf mask with `mask = additive_mask == 0`"
+            )
+        self.mask = mask
+
+    def fill(self, x: Tensor, value: float) -> Tensor:
+        """``x`` with masked entries replaced by ``value``."""
+        return x if self.mask is None else x.masked_fill(~self.mask, value)
+
+    def zero_masked(self, x: Tensor) -> Tensor:
+        return self.fill(x, 0.0)
+
+    def max(self, x: Tensor) -> Tensor:
+        return self.fill(x, float("-inf")).amax(-1, keepdim=True)
+
+    def sum(self, x: Tensor) -> Tensor:
+        return self.zero_masked(x).sum(-1, keepdim=True)
+
+    def expand(self, group_values: Tensor) -> Tensor:
+        return group_values  # broadcasting does it
+
+    def size(self, like: Tensor) -> Tensor:
+        """Number of real keys in each group, shaped like :meth:`sum` of ``like``."""
+        if self.mask is None:
+            return like.new_full(like.shape[:-1] + (1,), like.shape[-1])
+        return self.mask.expand(like.shape).sum(-1, keepdim=True).to(like.dtype)
+
+    def softmax(self, x: Tensor) -> Tensor:
+        if self.mask is None:
+            return torch.softmax(x, dim=-1)
+        # A fully masked row gives NaN inside softmax; the second fill makes it exact zeros.
+        return self.zero_masked(torch.softmax(self.fill(x, float("-inf")), dim=-1))
+
+    def log_softmax(self, x: Tensor) -> Tensor:
+        """Log-weights; masked entries are ``-inf`` (NaN on fully masked rows): use with :meth:`mean`."""
+        return torch.log_softmax(self.fill(x, float("-inf")), dim=-1)
+
+    def mean(self, x: Tensor) -> Tensor:
+        """Mean of ``x`` over real (unmasked) entries only."""
+        if self.mask is None:
+            return x.mean()
+        mask = self.mask.expand(x.shape)
+        return torch.where(mask, x, x.new_zeros(())).sum() / mask.sum().clamp_min(1)
+
+
+class _EdgeSoftmax(torch.autograd.Function):
+    """Softmax over edges grouped by target; saves only the output for backward."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, index: Tensor, num_nodes: int) -> Tensor:
+        top = scatter(x, index, 0, dim_size=num_nodes, reduce="max")
+        out = (x - top.index_select(0, index)).exp_()
+        total = scatter(out, index, 0, dim_size=num_nodes, reduce="sum")
+        out.div_(total.index_select(0, index))
+        ctx.save_for_backward(out, index)
+        ctx.num_nodes = num_nodes
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        out, index = ctx.saved_tensors
+        weighted = grad * out
+        total = scatter(weighted, index, 0, dim_size=ctx.num_nodes, reduce="sum")
+        return weighted.sub_(out * total.index_select(0, index)), None, None
+
+
+class _EdgeLogSoftmax(torch.autograd.Function):
+    """Log-softmax over edges grouped by target; saves only the output for backward."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, index: Tensor, num_nodes: int) -> Tensor:
+        top = scatter(x, index, 0, dim_size=num_nodes, reduce="max")
+        shifted = x - top.index_select(0, index)
+        total = scatter(shifted.exp(), index, 0, dim_size=num_nodes, reduce="sum")
+        out = shifted.sub_(total.log_().index_select(0, index))
+        ctx.save_for_backward(out, index)
+        ctx.num_nodes = num_nodes
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        out, index = ctx.saved_tensors
+        total = scatter(grad, index, 0, dim_size=ctx.num_nodes, reduce="sum")
+        return grad - out.exp() * total.index_select(0, index), None, None
+
+
+class EdgeGroups:
+    """Groups are the edges sharing a target node: scores ``[num_edges, heads]``."""
+
+    head_dim = -1  # scores are [num_edges, heads]
+
+    def __init__(self, index: Tensor, num_nodes: Optional[int] = None):
+        if index.dim() != 1 or index.dtype not in (torch.long, torch.int):
+            raise ValueError(
+                f"index must be a 1-D integer tensor of target nodes, got shape "
+                f"{tuple(index.shape)} and dtype {index.dtype}"
+            )
+        self.index = index
+        self.num_nodes = int(index.max()) + 1 if num_nodes is None and index.numel() else (num_nodes or 0)
+
+    def check(self, scores: Tensor) -> None:
+        if scores.shape[0] != self.index.shape[0]:
+            raise ValueError(
+                f"edge-wise scores have {scores.shape[0]} rows but index has "
+                f"{self.index.shape[0]} entries; scores must be [num_edges, heads]"
+            )
+
+    def fill(self, x: Tensor, value: float) -> Tensor:
+        return x  # every edge is a real entry
+
+    def zero_masked(self, x: Tensor) -> Tensor:
+        return x
+
+    def max(self, x: Tensor) -> Tensor:
+        return scatter(x, self.index, 0, dim_size=self.num_nodes, reduce="max")
+
+    def sum(self, x: Tensor) -> Tensor:
+        return scatter(x, self.index, 0, dim_size=self.num_nodes, reduce="sum")
+
+    def expand(self, group_values: Tensor) -> Tensor:
+        return group_values.index_select(0, self.index)
+
+    def size(self, like: Tensor) -> Tensor:
+        ones = like.new_ones(like.shape[0]).view((-1,) + (1,) * (like.dim() - 1))
+        return self.sum(ones.expand_as(like))
+
+    def softmax(self, x: Tensor) -> Tensor:
+        return _EdgeSoftmax.apply(x, self.index, self.num_nodes)
+
+    def log_softmax(self, x: Tensor) -> Tensor:
+        return _EdgeLogSoftmax.apply(x, self.index, self.num_nodes)
+
+    def mean(self, x: Tensor) -> Tensor:
+        return x.mean()
+
+
+def make_groups(
+    scores: Tensor,
+    mask: Optional[Tensor] = None,
+    index: Optional[Tensor] = None,
+    num_nodes: Optional[int] = None,
+):
+    """Pick the layout from the call: ``index`` means edge-wise, otherwise dense."""
+    if index is None:
+        return DenseGroups(mask)
+    if mask is not None:
+        raise ValueError("pass either mask (dense layout) or index (edge-wise layout), not both")
+    groups = EdgeGroups(index, num_nodes)
+    groups.check(scores)
+    return groups

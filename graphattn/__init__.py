@@ -1,0 +1,1 @@
+"""Graph attention networks with the suite's attention variants (PyG ``MessagePassing``)."""
