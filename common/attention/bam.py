@@ -28,7 +28,7 @@ from torch import Tensor, nn
 
 from .aux import add_aux_loss, collecting
 from .base import Normalizer
-from .functional import kl_lognormal, kl_weibull_gamma_log, lognormal_log_noise, weibull_log_noise
+from .functional import EULER_GAMMA, lognormal_log_noise, weibull_log_noise
 from .groups import make_groups
 
 POSTERIORS = ("weibull", "lognormal")
@@ -160,21 +160,43 @@ class BAM(Normalizer):
 
     # ------------------------------------------------------------------ KL ---------
     def _kl(self, scores: Tensor, groups, keys, key_index) -> Tensor:
-        # Masked entries are set to 0 before the closed forms so they stay finite (and
-        # their gradient is exactly zero); groups.mean then ignores them.
+        """Mean KL over real entries, with the entry-independent terms added once after the mean.
+
+        Masked entries are set to 0 before the closed forms so they stay finite (and their
+        gradient is exactly zero); ``groups.mean`` then ignores them.
+        """
         logp = groups.fill(groups.log_softmax(scores), 0.0)
         log_pi = None
         if self.prior_net is not None:
             log_pi = groups.fill(self._prior_log_weights(scores, groups, keys, key_index), 0.0)
         if self.posterior == "weibull":
-            log_lam = logp - math.lgamma(1 + 1 / self.k)
-            if log_pi is None:
-                alpha = self.prior_alpha
-            else:
-                alpha = self.beta * log_pi.clamp_min(math.log(torch.finfo(scores.dtype).tiny)).exp()
-            kl = kl_weibull_gamma_log(self.k, log_lam, alpha, self.beta)
-        else:
-            mu_q = logp - self.sigma**2 / 2
-            mu_p = self.prior_mu if log_pi is None else log_pi - self.prior_sigma**2 / 2
-            kl = kl_lognormal(mu_q, self.sigma, mu_p, self.prior_sigma)
-        return groups.mean(kl)
+            return self._kl_weibull_gamma(logp, log_pi, groups)
+        return self._kl_lognormal(logp, log_pi, groups)
+
+    def _kl_weibull_gamma(self, logp: Tensor, log_pi: Optional[Tensor], groups) -> Tensor:
+        """KL(Weibull(k, p / Gamma(1+1/k)) || Gamma(alpha, beta)) regrouped as
+        ``alpha (c - log p) + log Gamma(alpha) + beta p + (log k - gamma - 1)`` with
+        ``c = gamma/k + log Gamma(1+1/k) - log beta`` (BAM Sec. 3.2, lambda Gamma(1+1/k) = p)."""
+        k, beta, log_beta = self.k, self.beta, math.log(self.beta)
+        c = EULER_GAMMA / k + math.lgamma(1 + 1 / k) - log_beta
+        const = math.log(k) - EULER_GAMMA - 1
+        beta_p = torch.exp(logp + log_beta)
+        if log_pi is None:  # fixed Gamma(prior_alpha, beta)
+            alpha = self.prior_alpha
+            const += alpha * c + math.lgamma(alpha)
+            return groups.mean(beta_p - alpha * logp) + const
+        # contextual: alpha = beta * pi, kept above the smallest normal float so lgamma stays finite
+        log_alpha = (log_pi + log_beta).clamp_min(math.log(torch.finfo(logp.dtype).tiny))
+        alpha = log_alpha.exp()
+        return groups.mean(alpha * (c - logp) + torch.lgamma(alpha) + beta_p) + const
+
+    def _kl_lognormal(self, logp: Tensor, log_pi: Optional[Tensor], groups) -> Tensor:
+        """KL(Lognormal(log p - s_q^2/2, s_q^2) || Lognormal(mu_p, s_p^2)) =
+        ``(mu_q - mu_p)^2 / (2 s_p^2) + log(s_p/s_q) + s_q^2/(2 s_p^2) - 1/2``."""
+        s_q, s_p = self.sigma, self.prior_sigma
+        if log_pi is None:  # fixed mu_p
+            diff = logp - (s_q**2 / 2 + self.prior_mu)
+        else:  # mu_p = log pi - s_p^2 / 2
+            diff = logp - log_pi + (s_p**2 - s_q**2) / 2
+        const = math.log(s_p / s_q) + s_q**2 / (2 * s_p**2) - 0.5
+        return groups.mean(diff.square()) / (2 * s_p**2) + const

@@ -65,7 +65,7 @@ def weibull_log_noise(like: Tensor, k: float) -> Tensor:
     """
     eps = torch.finfo(like.dtype).eps
     u = torch.rand_like(like).clamp_(torch.finfo(like.dtype).tiny, 1 - eps)
-    return torch.log(-torch.log1p(-u)).div_(k)
+    return u.neg_().log1p_().neg_().log_().div_(k)
 
 
 def lognormal_log_noise(like: Tensor, sigma: float) -> Tensor:

@@ -92,6 +92,30 @@ def test_kl_is_averaged_over_real_entries_only(name):
     assert torch.allclose(masked.total(), trimmed.total(), rtol=1e-5)
 
 
+@pytest.mark.parametrize("name", BAM_VARIANTS)
+def test_layer_kl_is_the_mean_of_the_closed_forms(name):
+    """The normalizer's KL equals the public closed forms averaged over real entries."""
+    torch.manual_seed(0)
+    norm = attention.build(name, key_dim=8, k=4.0, sigma=0.3, prior_sigma=0.8, beta=1.7,
+                           prior_alpha=0.6, prior_mu=-0.4).double().eval()
+    scores, keys = torch.randn(2, 3, 5, 7, dtype=torch.float64), torch.randn(2, 3, 7, 8, dtype=torch.float64)
+    mask = torch.rand(2, 1, 5, 7) > 0.3
+    mask[..., 0] = True
+    with attention.aux_losses() as aux:
+        norm(scores, mask=mask, keys=keys)
+    p = torch.softmax(scores.masked_fill(~mask, float("-inf")), -1).clamp_min(1e-300)
+    if norm.prior_net is not None:
+        pi = torch.softmax(norm.prior_net(keys).unsqueeze(-2).expand_as(scores).masked_fill(~mask, float("-inf")), -1)
+    if name.startswith("bam-w"):
+        alpha = 0.6 if norm.prior_net is None else 1.7 * pi.clamp_min(1e-300)
+        kl = kl_weibull_gamma(4.0, p / math.gamma(1 + 1 / 4.0), alpha, 1.7)
+    else:
+        mu_p = -0.4 if norm.prior_net is None else torch.log(pi.clamp_min(1e-300)) - 0.8**2 / 2
+        kl = kl_lognormal(torch.log(p) - 0.3**2 / 2, 0.3, mu_p, 0.8)
+    expected = kl[mask.expand_as(kl)].mean()
+    assert torch.allclose(aux.total(), expected, rtol=1e-10)
+
+
 @pytest.mark.parametrize("name", ["bam-wc", "bam-lc"])
 def test_kl_carries_gradient_to_scores_and_prior_network(name):
     torch.manual_seed(0)

@@ -1,0 +1,48 @@
+"""Atomic file writes: write a temporary file in the target directory, then ``os.replace``.
+
+A reader (or a resumed run) never sees a half-written checkpoint or results file, even if
+the writer is killed midway.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Union
+
+import torch
+
+PathLike = Union[str, os.PathLike]
+
+
+def _atomic(path: PathLike, write: Callable[[Any], None], mode: str) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, mode) as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def atomic_write_text(path: PathLike, text: str) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` atomically."""
+    return _atomic(path, lambda f: f.write(text.encode("utf-8")), "wb")
+
+
+def atomic_write_json(path: PathLike, obj: Any, indent: int = 2) -> Path:
+    """Write ``obj`` as JSON to ``path`` atomically (keys sorted, trailing newline)."""
+    return atomic_write_text(path, json.dumps(obj, indent=indent, sort_keys=True) + "\n")
+
+
+def atomic_save(obj: Any, path: PathLike) -> Path:
+    """``torch.save(obj, path)``, atomically."""
+    return _atomic(path, lambda f: torch.save(obj, f), "wb")
