@@ -20,7 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from .base import Normalizer
-from .functional import entmax_bisect_groups
+from .functional import bisect_iterations, entmax_bisect_groups
 from .groups import DenseGroups
 
 MIN_ALPHA = 1.01
@@ -39,7 +39,7 @@ class Entmax(Normalizer):
         alpha: float = 1.5,
         learn_alpha: bool = True,
         num_heads: Optional[int] = None,
-        n_iter: int = 50,
+        n_iter: Optional[int] = None,
         key_dim: Optional[int] = None,
     ):
         super().__init__()
@@ -75,7 +75,8 @@ class Entmax(Normalizer):
             shape = list(scores.shape)
             shape[-1] = 1
             weights = entmax_lib.entmax_bisect(
-                _dense_fill(scores, groups), alpha.expand(shape), dim=-1, n_iter=self.n_iter
+                _dense_fill(scores, groups), alpha.expand(shape), dim=-1,
+                n_iter=self.n_iter or bisect_iterations(scores.dtype),
             )
             return groups.zero_masked(weights)
         return entmax_bisect_groups(scores, alpha, groups, self.n_iter)
@@ -86,15 +87,14 @@ class _FixedEntmax(Normalizer):
 
     alpha_value: float
 
-    def __init__(self, num_heads: Optional[int] = None, key_dim: Optional[int] = None, n_iter: int = 50):
+    def __init__(self, num_heads: Optional[int] = None, key_dim: Optional[int] = None, n_iter: Optional[int] = None):
         super().__init__()
         self.n_iter = n_iter
 
     def normalize(self, scores: Tensor, groups, keys=None, key_index=None) -> Tensor:
         if isinstance(groups, DenseGroups):
             return groups.zero_masked(self.dense_op(_dense_fill(scores, groups), dim=-1))
-        alpha = scores.new_tensor(self.alpha_value)
-        return entmax_bisect_groups(scores, alpha, groups, self.n_iter)
+        return entmax_bisect_groups(scores, self.alpha_value, groups, self.n_iter)
 
 
 class Entmax15(_FixedEntmax):

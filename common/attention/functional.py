@@ -7,6 +7,9 @@ take ``log(lambda)`` / ``mu`` directly so no ``log(p + eps)`` is ever formed.
 """
 from __future__ import annotations
 
+import math
+from typing import Optional
+
 import torch
 from torch import Tensor
 
@@ -74,43 +77,64 @@ def lognormal_log_noise(like: Tensor, sigma: float) -> Tensor:
 
 
 # --------------------------------------------------------------------------- entmax ---
-def entmax_bisect_groups(scores: Tensor, alpha: Tensor, groups, n_iter: int = 50) -> Tensor:
+def entmax_bisect_groups(scores: Tensor, alpha, groups, n_iter: Optional[int] = None) -> Tensor:
     r"""alpha-entmax of every group by bisection on the threshold tau (Blondel et al., 2019):
 
     .. math:: \mathrm{entmax}_\alpha(z)_j = [(\alpha-1)z_j - \tau]_+^{1/(\alpha-1)},\quad \sum_j = 1
 
     ``groups`` is a :class:`~common.attention.groups.DenseGroups` or ``EdgeGroups``; ``alpha``
-    broadcasts against ``scores`` (values in (1, 2]). Gradients for scores and alpha are
-    analytic (the ``entmax`` package's formulas, applied per group).
+    is a float or a tensor broadcasting against the per-group values (values in (1, 2]).
+    The threshold lives per group, so an iteration costs one gather and one group sum.
+    ``n_iter`` defaults to the mantissa bits of the dtype plus 8 (31 for float32, 60 for
+    float64), after which halving the bracket no longer changes ``tau``. Gradients for
+    scores and alpha are analytic (the ``entmax`` package's formulas, applied per group).
     """
+    if n_iter is None:
+        n_iter = bisect_iterations(scores.dtype)
+    if not isinstance(alpha, Tensor):
+        alpha = scores.new_tensor(float(alpha))
     return _EntmaxBisectGroups.apply(scores, alpha, groups, n_iter)
+
+
+def bisect_iterations(dtype: torch.dtype) -> int:
+    """Bisection steps after which the bracket is below the dtype's resolution (mantissa bits + 8)."""
+    return round(-math.log2(torch.finfo(dtype).eps)) + 8
+
+
+def _power(x: Tensor, exponent) -> Tensor:
+    """``x ** exponent`` with fast paths for sparsemax (1) and 1.5-entmax (2)."""
+    if not isinstance(exponent, Tensor) or exponent.dim() == 0:
+        e = float(exponent)
+        if e == 1.0:
+            return x
+        if e == 2.0:
+            return x.square()
+    return x.pow(exponent)
 
 
 class _EntmaxBisectGroups(torch.autograd.Function):
     @staticmethod
     def forward(ctx, scores: Tensor, alpha: Tensor, groups, n_iter: int) -> Tensor:
-        alpha = alpha.expand_as(scores)
         exponent = 1 / (alpha - 1)
         x = groups.fill(scores * (alpha - 1), float("-inf"))
-        size = groups.expand(groups.size(scores))
-        top = groups.expand(groups.max(x))
+        top = groups.max(x)
         top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))  # fully masked rows
+        size = groups.size(scores).clamp_min(1)
         tau_lo = top - 1
-        tau_hi = top - size.clamp_min(1).pow(1 - alpha)  # top - (1/d)^(alpha-1)
-        width = tau_hi - tau_lo
+        width = 1 - size.pow(1 - alpha)  # tau_hi - tau_lo, tau_hi = top - (1/d)^(alpha-1)
 
-        def mass(tau):
-            return (x - tau).clamp_min(0).pow(exponent)
+        def mass(tau: Tensor) -> Tensor:
+            return _power((x - groups.expand(tau)).clamp_min_(0), exponent)
 
-        f_lo = groups.expand(groups.sum(mass(tau_lo))) - 1
+        f_lo = groups.sum(mass(tau_lo)) - 1
         for _ in range(n_iter):
             width = width / 2
             tau_mid = tau_lo + width
             p = mass(tau_mid)
-            f_mid = groups.expand(groups.sum(p)) - 1
+            f_mid = groups.sum(p) - 1
             tau_lo = torch.where(f_mid * f_lo >= 0, tau_mid, tau_lo)
-        total = groups.expand(groups.sum(p))
-        p = groups.zero_masked(p / total.clamp_min(torch.finfo(p.dtype).tiny))
+        total = groups.expand(groups.sum(p)).clamp_min(torch.finfo(p.dtype).tiny)
+        p = groups.zero_masked(p / total)
         ctx.save_for_backward(p, alpha)
         ctx.groups = groups
         return p
@@ -119,18 +143,18 @@ class _EntmaxBisectGroups(torch.autograd.Function):
     def backward(ctx, grad: Tensor):
         p, alpha = ctx.saved_tensors
         groups = ctx.groups
+        tiny = torch.finfo(p.dtype).tiny
         positive = p > 0
         zero = p.new_zeros(())
-        gppr = torch.where(positive, p.clamp_min(torch.finfo(p.dtype).tiny).pow(2 - alpha), zero)
-        gppr_sum = groups.expand(groups.sum(gppr)).clamp_min(torch.finfo(p.dtype).tiny)
+        gppr = torch.where(positive, p.clamp_min(tiny).pow(2 - alpha), zero)
+        gppr_sum = groups.expand(groups.sum(gppr)).clamp_min(tiny)
         d_scores = grad * gppr
         d_scores = d_scores - groups.expand(groups.sum(d_scores)) / gppr_sum * gppr
         d_alpha = None
         if ctx.needs_input_grad[1]:
-            plogp = torch.where(positive, p * torch.log(p.clamp_min(torch.finfo(p.dtype).tiny)), zero)
+            plogp = torch.where(positive, p * torch.log(p.clamp_min(tiny)), zero)
             entropy = groups.expand(groups.sum(plogp))
             skewed = gppr / gppr_sum
             d_alpha = grad * (p - skewed) / (alpha - 1) ** 2 - grad * (plogp - skewed * entropy) / (alpha - 1)
             d_alpha = groups.zero_masked(d_alpha)
         return d_scores, d_alpha, None, None
-
