@@ -1,0 +1,231 @@
+r"""``GATConv`` with the suite's attention normalizers: PyG's layer, any attention variant.
+
+Graph attention (Velickovic et al., ICLR 2018, Eqs. 1-4), per head :math:`h`:
+
+.. math::
+    e_{ij} = \mathrm{LeakyReLU}\big(\mathbf{a}_t^\top \Theta_t \mathbf{x}_i
+             + \mathbf{a}_s^\top \Theta_s \mathbf{x}_j\;[+\,\mathbf{a}_e^\top \Theta_e \mathbf{e}_{ij}]\big),
+    \qquad
+    \alpha_{i\cdot} = \mathrm{normalize}\big(e_{i\cdot}\big)\ \text{over}\ j \in \mathcal{N}(i) \cup \{i\},
+    \qquad
+    \mathbf{x}'_i = \sum_j \mathrm{dropout}(\alpha_{ij})\, \Theta_s \mathbf{x}_j .
+
+``normalize`` is any :mod:`common.attention` variant: ``softmax`` is the GAT of the paper (and
+of ``torch_geometric.nn.GATConv``, weight for weight); the BAM variants (Fan et al., NeurIPS
+2020, Sec. 3) sample :math:`\alpha_{i\cdot} = \mathrm{softmax}(e_{i\cdot} + \text{noise})` in
+training, use the posterior mean (softmax) in evaluation, and add their KL term to an active
+:func:`common.attention.aux_losses` collector. The contextual prior of ``bam-wc``/``bam-lc`` reads
+the keys :math:`\Theta_s \mathbf{x}_j` per node (``key_dim = out_channels``), so everything
+stays linear in the number of edges.
+"""
+from __future__ import annotations
+
+from typing import Optional, Tuple, Union
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.nn import Parameter
+from torch_geometric.nn.conv import MessagePassing
+from torch_geometric.nn.dense.linear import Linear
+from torch_geometric.nn.inits import glorot, zeros
+from torch_geometric.typing import Adj, OptTensor, Size, SparseTensor, torch_sparse
+from torch_geometric.utils import add_self_loops, is_torch_sparse_tensor, remove_self_loops
+from torch_geometric.utils.sparse import set_sparse_value
+
+from common import attention as attention_lib
+
+from .dropout import Dropout
+
+#: Keyword arguments that go to ``MessagePassing``; all other extra keywords are options of
+#: the attention normalizer (e.g. ``k``, ``beta``, ``sigma``, ``d_mid`` for BAM).
+MESSAGE_PASSING_KWARGS = ("aggr", "aggr_kwargs", "flow", "decomposed_layers")
+
+
+def sparse_linear(x: Tensor, weight: Tensor) -> Tensor:
+    """``x @ weight.T`` for a sparse CSR ``x`` ``[N, in]``: one weighted gather-sum per row.
+
+    Costs ``O(nnz * out)`` instead of ``O(N * in * out)``; on bag-of-words features (Cora: 1.3%
+    non-zero) it is much faster than the dense product and never densifies ``x``.
+    """
+    return F.embedding_bag(x.col_indices(), weight.t().contiguous(), x.crow_indices(), mode="sum",
+                           per_sample_weights=x.values(), include_last_offset=True)
+
+
+class GATConv(MessagePassing):
+    """Drop-in replacement for ``torch_geometric.nn.GATConv`` with ``attention=<variant>``.
+
+    The constructor, the call ``conv(x, edge_index, edge_attr=None, size=None,
+    return_attention_weights=None)`` and the parameter names (so ``state_dict`` s load both ways
+    for ``softmax``) are those of PyG's ``GATConv``. ``edge_index`` may be a ``[2, E]`` tensor, a
+    ``torch.sparse`` adjacency ``adj_t`` or a ``torch_sparse.SparseTensor``. ``x`` may also be a
+    sparse CSR matrix (see :func:`sparse_linear`).
+
+    Args:
+        attention: a :func:`common.attention.available` name: ``softmax`` (default),
+            ``bam-wf``, ``bam-wc``, ``bam-lf``, ``bam-lc``, ``entmax``, ``entmax15``, ``sparsemax``.
+        **kwargs: ``aggr``/``flow``/``decomposed_layers`` go to ``MessagePassing``; everything
+            else is an option of the normalizer (BAM: ``k``, ``sigma``, ``beta``, ``d_mid``,
+            ``prior_sigma``, ``prior_alpha``, ``prior_mu``, ``prior_activation``).
+    """
+
+    def __init__(
+        self,
+        in_channels: Union[int, Tuple[int, int]],
+        out_channels: int,
+        heads: int = 1,
+        concat: bool = True,
+        negative_slope: float = 0.2,
+        dropout: float = 0.0,
+        add_self_loops: bool = True,
+        edge_dim: Optional[int] = None,
+        fill_value: Union[float, Tensor, str] = "mean",
+        bias: bool = True,
+        residual: bool = False,
+        attention: str = "softmax",
+        **kwargs,
+    ):
+        mp_kwargs = {key: kwargs.pop(key) for key in MESSAGE_PASSING_KWARGS if key in kwargs}
+        mp_kwargs.setdefault("aggr", "add")
+        super().__init__(node_dim=0, **mp_kwargs)
+        self.in_channels, self.out_channels, self.heads = in_channels, out_channels, heads
+        self.concat, self.negative_slope, self.dropout = concat, negative_slope, dropout
+        self.add_self_loops, self.edge_dim, self.fill_value = add_self_loops, edge_dim, fill_value
+        self.residual, self.attention = residual, attention
+
+        self.lin = self.lin_src = self.lin_dst = None
+        if isinstance(in_channels, int):
+            self.lin = Linear(in_channels, heads * out_channels, bias=False, weight_initializer="glorot")
+        else:
+            self.lin_src = Linear(in_channels[0], heads * out_channels, False, weight_initializer="glorot")
+            self.lin_dst = Linear(in_channels[1], heads * out_channels, False, weight_initializer="glorot")
+        self.att_src = Parameter(torch.empty(1, heads, out_channels))
+        self.att_dst = Parameter(torch.empty(1, heads, out_channels))
+        if edge_dim is not None:
+            self.lin_edge = Linear(edge_dim, heads * out_channels, bias=False, weight_initializer="glorot")
+            self.att_edge = Parameter(torch.empty(1, heads, out_channels))
+        else:
+            self.lin_edge = None
+            self.register_parameter("att_edge", None)
+        total_out_channels = out_channels * (heads if concat else 1)
+        if residual:
+            res_in = in_channels if isinstance(in_channels, int) else in_channels[1]
+            self.res = Linear(res_in, total_out_channels, bias=False, weight_initializer="glorot")
+        else:
+            self.register_parameter("res", None)
+        if bias:
+            self.bias = Parameter(torch.empty(total_out_channels))
+        else:
+            self.register_parameter("bias", None)
+
+        self.normalizer = attention_lib.build(attention, num_heads=heads, key_dim=out_channels, **kwargs)
+        # Only contextual priors (bam-wc, bam-lc) read the keys.
+        self.needs_keys = getattr(self.normalizer, "prior_net", None) is not None
+        # A module (not F.dropout) so that common.attention.mc_sampling(dropout=True) sees it.
+        self.attention_dropout = Dropout(dropout)
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        super().reset_parameters()
+        for lin in (self.lin, self.lin_src, self.lin_dst, self.lin_edge, self.res):
+            if lin is not None:
+                lin.reset_parameters()
+        glorot(self.att_src)
+        glorot(self.att_dst)
+        glorot(self.att_edge)
+        zeros(self.bias)
+
+    def _project(self, lin: Linear, x: Tensor) -> Tensor:
+        if x.layout == torch.sparse_csr:
+            return sparse_linear(x, lin.weight).view(-1, self.heads, self.out_channels)
+        return lin(x).view(-1, self.heads, self.out_channels)
+
+    def forward(
+        self,
+        x: Union[Tensor, Tuple[Tensor, Optional[Tensor]]],
+        edge_index: Adj,
+        edge_attr: OptTensor = None,
+        size: Size = None,
+        return_attention_weights: Optional[bool] = None,
+    ):
+        """Same call and returns as ``torch_geometric.nn.GATConv.forward``."""
+        res: Optional[Tensor] = None
+        if isinstance(x, Tensor):
+            if x.dim() != 2:
+                raise ValueError(f"node features must be [num_nodes, channels], got shape {tuple(x.shape)}")
+            if self.res is not None:
+                res = self.res(x)
+            if self.lin is not None:
+                x_src = x_dst = self._project(self.lin, x)
+            else:
+                x_src, x_dst = self._project(self.lin_src, x), self._project(self.lin_dst, x)
+        else:
+            x_src, x_dst = x
+            if x_dst is not None and self.res is not None:
+                res = self.res(x_dst)
+            lin_src = self.lin if self.lin is not None else self.lin_src
+            lin_dst = self.lin if self.lin is not None else self.lin_dst
+            x_src = self._project(lin_src, x_src)
+            x_dst = None if x_dst is None else self._project(lin_dst, x_dst)
+
+        # Node-level halves of e_ij (GAT Eq. 3 splits a^T [Wh_i || Wh_j] into two dot products).
+        alpha_src = (x_src * self.att_src).sum(dim=-1)
+        alpha_dst = None if x_dst is None else (x_dst * self.att_dst).sum(-1)
+
+        if self.add_self_loops:
+            if isinstance(edge_index, Tensor):
+                num_nodes = x_src.size(0)
+                if x_dst is not None:
+                    num_nodes = min(num_nodes, x_dst.size(0))
+                num_nodes = min(size) if size is not None else num_nodes
+                edge_index, edge_attr = remove_self_loops(edge_index, edge_attr)
+                edge_index, edge_attr = add_self_loops(edge_index, edge_attr, fill_value=self.fill_value,
+                                                       num_nodes=num_nodes)
+            elif isinstance(edge_index, SparseTensor):
+                if self.edge_dim is not None:
+                    raise NotImplementedError("edge_attr with add_self_loops needs a [2, E] edge_index, "
+                                              "not a SparseTensor")
+                edge_index = torch_sparse.set_diag(edge_index)
+
+        alpha = self.edge_updater(edge_index, alpha=(alpha_src, alpha_dst), edge_attr=edge_attr,
+                                  keys=x_src, size=size)
+        out = self.propagate(edge_index, x=(x_src, x_dst), alpha=alpha, size=size)
+        out = out.view(-1, self.heads * self.out_channels) if self.concat else out.mean(dim=1)
+        if res is not None:
+            out = out + res
+        if self.bias is not None:
+            out = out + self.bias
+
+        if return_attention_weights:
+            if isinstance(edge_index, Tensor):
+                if is_torch_sparse_tensor(edge_index):
+                    return out, (set_sparse_value(edge_index, alpha), alpha)
+                return out, (edge_index, alpha)
+            return out, edge_index.set_value(alpha, layout="coo")
+        return out
+
+    def edge_update(self, alpha_j: Tensor, alpha_i: OptTensor, edge_attr: OptTensor, keys: Tensor,
+                    edge_index_j: Tensor, index: Tensor, dim_size: Optional[int]) -> Tensor:
+        """Scores ``e_ij`` of every edge, normalised over the edges of each target node ``i``."""
+        alpha = alpha_j if alpha_i is None else alpha_j + alpha_i
+        if index.numel() == 0:
+            return alpha
+        if edge_attr is not None and self.lin_edge is not None:
+            if edge_attr.dim() == 1:
+                edge_attr = edge_attr.view(-1, 1)
+            edge_attr = self.lin_edge(edge_attr).view(-1, self.heads, self.out_channels)
+            alpha = alpha + (edge_attr * self.att_edge).sum(dim=-1)
+        alpha = F.leaky_relu(alpha, self.negative_slope)
+        if self.needs_keys:
+            alpha = self.normalizer(alpha, index=index, num_nodes=dim_size, keys=keys, key_index=edge_index_j)
+        else:
+            alpha = self.normalizer(alpha, index=index, num_nodes=dim_size)
+        return self.attention_dropout(alpha)
+
+    def message(self, x_j: Tensor, alpha: Tensor) -> Tensor:
+        return alpha.unsqueeze(-1) * x_j
+
+    def __repr__(self) -> str:
+        return (f"{self.__class__.__name__}({self.in_channels}, {self.out_channels}, "
+                f"heads={self.heads}, attention={self.attention!r})")
+

@@ -1,0 +1,212 @@
+"""Train GATs on a Planetoid split over several seeds; write checkpoints and a results JSON.
+
+    python -m graphattn.train --dataset Cora --attention bam-wc --seeds 10 [key=value ...]
+
+Protocol of the original GAT code (PetarV-/GAT ``execute_cora.py``): full-batch Adam, and after
+every epoch the validation loss and accuracy (cross-entropy only, no KL, no dropout). The
+patience counter resets whenever validation accuracy *or* loss is at least as good as its
+best so far; the weights are snapshotted when *both* are (``val_acc >= best_acc and
+val_loss <= best_loss``, the original rule). Training stops after ``patience`` epochs
+without improvement and the snapshot is restored for testing.
+
+Each seed writes ``<out_dir>/seed<k>.pt`` (best weights, config, metrics) and
+``seed<k>.jsonl`` (per-epoch metrics), atomically; a rerun with the same config reuses the
+seeds already done, so an interrupted grid resumes. ``<out_dir>/results.json`` holds per-seed
+and mean +- std (sample std, ddof=1) test accuracy, the config and the library versions.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from omegaconf import DictConfig
+from torch_geometric.data import Data
+from tqdm.auto import tqdm
+
+from common import attention
+from common.utils import atomic_save, atomic_write_json, atomic_write_text, results_record, seed_everything
+
+from .config import load_config, to_dict
+from .data import PlanetoidDataError, load_planetoid
+from .models import GAT
+
+
+def build_model(cfg: DictConfig, num_features: int, num_classes: int) -> GAT:
+    """The GAT described by ``cfg.model`` and ``cfg.attention``."""
+    return GAT(num_features, num_classes, attention=cfg.attention.name,
+               attention_options=dict(cfg.attention.options), **cfg.model)
+
+
+def prepare_features(data: Data, cfg: DictConfig) -> torch.Tensor:
+    """``data.x`` as a sparse CSR matrix when ``train.sparse_features`` (same maths, faster)."""
+    if not cfg.train.sparse_features:
+        return data.x
+    with warnings.catch_warnings():  # "sparse CSR support is in beta": we only use stable ops
+        warnings.simplefilter("ignore", UserWarning)
+        return data.x.to_sparse_csr()
+
+
+def kl_schedule(cfg: DictConfig) -> attention.KLSchedule:
+    return attention.KLSchedule(weight=cfg.kl.weight, kind=cfg.kl.schedule, warmup=cfg.kl.warmup,
+                                rate=cfg.kl.rate, offset=cfg.kl.offset)
+
+
+@torch.no_grad()
+def evaluate_split(model: GAT, x, edge_index, y, mask) -> Dict[str, float]:
+    """Cross-entropy and accuracy on ``mask`` with the model in eval mode (posterior mean)."""
+    model.eval()
+    logits = model(x, edge_index)[mask]
+    return {"loss": float(F.cross_entropy(logits, y[mask])),
+            "acc": float((logits.argmax(-1) == y[mask]).float().mean())}
+
+
+def train_seed(cfg: DictConfig, data: Data, seed: int, progress: bool = True) -> Dict:
+    """Train one model from ``seed`` with early stopping; returns its checkpoint dict."""
+    seed_everything(seed, deterministic=cfg.train.deterministic)
+    x, edge_index, y = prepare_features(data, cfg), data.edge_index, data.y
+    model = build_model(cfg, data.num_features, data.num_classes)
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay)
+    schedule = kl_schedule(cfg)
+    collect_kl = cfg.kl.weight > 0
+
+    best_acc, best_loss, snapshot_acc = -math.inf, math.inf, -math.inf
+    best_state, best_epoch, waited, history = None, 0, 0, []
+    bar = tqdm(range(cfg.train.max_epochs), desc=f"seed {seed}", leave=False, disable=None if progress else True,
+                mininterval=1.0)
+    for epoch in bar:
+        model.train()
+        optimizer.zero_grad(set_to_none=True)
+        if collect_kl:
+            with attention.aux_losses() as aux:
+                logits = model(x, edge_index)
+            kl_weight, kl = schedule(epoch), aux.total()
+        else:  # no collector: the BAM layers skip the KL entirely
+            logits = model(x, edge_index)
+            kl_weight, kl = 0.0, torch.zeros(())
+        ce = F.cross_entropy(logits[data.train_mask], y[data.train_mask])
+        (ce + kl_weight * kl).backward()
+        optimizer.step()
+
+        val = evaluate_split(model, x, edge_index, y, data.val_mask)
+        history.append({"epoch": epoch, "train_ce": ce.item(), "kl": kl.item(), "kl_weight": kl_weight,
+                        "val_loss": val["loss"], "val_acc": val["acc"]})
+        if val["acc"] >= best_acc or val["loss"] <= best_loss:
+            if val["acc"] >= best_acc and val["loss"] <= best_loss:
+                snapshot_acc, best_epoch = val["acc"], epoch
+                best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+            best_acc, best_loss = max(best_acc, val["acc"]), min(best_loss, val["loss"])
+            waited = 0
+        else:
+            waited += 1
+            if waited == cfg.train.patience:
+                break
+        bar.set_postfix(val_acc=f"{val['acc']:.3f}", best=f"{snapshot_acc:.3f}", refresh=False)
+    bar.close()
+
+    model.load_state_dict(best_state)
+    metrics = {
+        "seed": seed, "epochs": epoch + 1, "best_epoch": best_epoch,
+        "val": evaluate_split(model, x, edge_index, y, data.val_mask),
+        "test": evaluate_split(model, x, edge_index, y, data.test_mask),
+    }
+    return {"model_state": best_state, "config": to_dict(cfg), "metrics": metrics, "history": history}
+
+
+def summarize(values: Sequence[float]) -> Dict[str, float]:
+    """Mean and sample standard deviation (ddof=1; 0 for one value), in percent."""
+    arr = np.asarray(values, dtype=float) * 100
+    return {"mean": float(arr.mean()), "std": float(arr.std(ddof=1)) if arr.size > 1 else 0.0}
+
+
+def default_out_dir(cfg: DictConfig) -> Path:
+    return Path(cfg.out_dir) if cfg.out_dir else Path("runs") / "gat" / cfg.dataset / cfg.attention.name
+
+
+def run(cfg: DictConfig, progress: bool = True, data: Optional[Data] = None) -> Dict:
+    """Train every seed of ``cfg`` (reusing finished seeds) and write ``results.json``."""
+    if cfg.train.num_threads:
+        torch.set_num_threads(cfg.train.num_threads)
+    out_dir = default_out_dir(cfg)
+    data = data if data is not None else load_planetoid(cfg.dataset, cfg.data_root)
+    config = to_dict(cfg)
+    seeds = list(range(cfg.first_seed, cfg.first_seed + cfg.seeds))
+    per_seed: List[Dict] = []
+    start = time.perf_counter()
+    for seed in tqdm(seeds, desc=f"{cfg.dataset} {cfg.attention.name}", disable=None if progress else True):
+        path = out_dir / f"seed{seed}.pt"
+        if path.exists():
+            done = torch.load(path, map_location="cpu", weights_only=False)
+            if _comparable(done["config"]) != _comparable(config):
+                raise ValueError(f"{path} was trained with a different config; choose another out_dir "
+                                 f"(out_dir=...) or delete it to retrain")
+            per_seed.append(done["metrics"])
+            continue
+        checkpoint = train_seed(cfg, data, seed, progress)
+        atomic_save(checkpoint, path)
+        atomic_write_text(out_dir / f"seed{seed}.jsonl",
+                          "".join(json.dumps(row) + "\n" for row in checkpoint["history"]))
+        per_seed.append(checkpoint["metrics"])
+    results = results_record(
+        config,
+        dataset=cfg.dataset, attention=cfg.attention.name, seeds=seeds,
+        test_acc={**summarize([m["test"]["acc"] for m in per_seed]),
+                  "per_seed": [100 * m["test"]["acc"] for m in per_seed]},
+        val_acc={**summarize([m["val"]["acc"] for m in per_seed]),
+                 "per_seed": [100 * m["val"]["acc"] for m in per_seed]},
+        epochs=[m["epochs"] for m in per_seed],
+        train_seconds=time.perf_counter() - start,
+        checkpoints=[str(out_dir / f"seed{s}.pt") for s in seeds],
+    )
+    atomic_write_json(out_dir / "results.json", results)
+    return results
+
+
+def _comparable(config: Dict) -> Dict:
+    """The parts of a config that change what a seed trains (not where files go or how many seeds)."""
+    return {k: v for k, v in config.items() if k not in ("data_root", "out_dir", "seeds", "first_seed")}
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m graphattn.train", description=__doc__.split("\n")[0],
+                                     epilog="Any config key can be set as key=value, e.g. kl.weight=0.01 "
+                                            "attention.options.k=20 (see graphattn/configs/gat.yaml).")
+    parser.add_argument("--dataset", help="Cora, CiteSeer or PubMed (default: the config's)")
+    parser.add_argument("--attention", help="attention variant: " + ", ".join(attention.available()))
+    parser.add_argument("--seeds", type=int, help="number of seeds (default 10)")
+    parser.add_argument("--data-root", help="directory holding planetoid/ (default: $ATTN_DATA_ROOT, else the user cache)")
+    parser.add_argument("--out", help="output directory (default runs/gat/<dataset>/<attention>)")
+    parser.add_argument("--config", help="a YAML file merged over the packaged config")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    parser.add_argument("overrides", nargs="*", metavar="key=value")
+    return parser.parse_args(argv)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = parse_args(argv)
+    overrides = list(args.overrides)
+    for key, value in (("seeds", args.seeds), ("data_root", args.data_root), ("out_dir", args.out)):
+        if value is not None:
+            overrides.append(f"{key}={value}")
+    try:
+        cfg = load_config(args.dataset, args.attention, overrides, args.config)
+        results = run(cfg, progress=not args.no_progress)
+    except (PlanetoidDataError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    acc = results["test_acc"]
+    print(f"{results['dataset']} {results['attention']}: test accuracy {acc['mean']:.2f} +- {acc['std']:.2f} "
+          f"over {len(results['seeds'])} seeds -> {default_out_dir(cfg) / 'results.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
