@@ -171,8 +171,11 @@ def run(cfg: DictConfig, progress: bool = True, data: Optional[Data] = None) -> 
 
 
 def _comparable(config: Dict) -> Dict:
-    """The parts of a config that change what a seed trains (not where files go or how many seeds)."""
-    return {k: v for k, v in config.items() if k not in ("data_root", "out_dir", "seeds", "first_seed")}
+    """The parts of a config that change what a seed trains (not where files go, how many seeds
+    or how many threads)."""
+    kept = {k: v for k, v in config.items() if k not in ("data_root", "out_dir", "seeds", "first_seed")}
+    kept["train"] = {k: v for k, v in kept["train"].items() if k != "num_threads"}
+    return kept
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
