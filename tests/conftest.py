@@ -1,0 +1,25 @@
+"""Shared test fixtures.
+
+``attn_data_root``: the real data directory from ``ATTN_DATA_ROOT`` (absolute path of the
+shared data, see its README). Tests that use it are marked ``@pytest.mark.realdata``; they
+skip with the reason when the directory is absent, except under ``CI=true``, where a missing
+data root is a failure (CI must never silently skip the real-data tests).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def attn_data_root() -> Path:
+    value = os.environ.get("ATTN_DATA_ROOT")
+    if value and Path(value).is_dir():
+        return Path(value)
+    reason = ("ATTN_DATA_ROOT is not set" if not value else f"ATTN_DATA_ROOT={value} is not a directory")
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"{reason}, but CI=true: real-data tests must run in CI; export ATTN_DATA_ROOT as the "
+                    f"absolute path of the shared data directory")
+    pytest.skip(f"{reason}; point it at the shared data directory to run the real-data tests")

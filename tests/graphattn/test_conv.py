@@ -1,0 +1,175 @@
+"""graphattn.GATConv against torch_geometric.nn.GATConv, and its attention variants."""
+import warnings
+
+import pytest
+import torch
+import torch_geometric.nn as pyg_nn
+from torch_geometric.utils import coalesce, scatter, to_torch_csr_tensor
+
+from common import attention
+from graphattn import GAT, GATConv, SparseDropout
+
+
+def random_graph(num_nodes=12, num_edges=40, seed=0):
+    """A coalesced random graph (no duplicate edges) with node 11 isolated."""
+    g = torch.Generator().manual_seed(seed)
+    edge_index = torch.randint(0, num_nodes - 1, (2, num_edges), generator=g)
+    return coalesce(edge_index, num_nodes=num_nodes)
+
+
+def twins(seed=0, **kwargs):
+    """PyG's layer and ours with identical parameters."""
+    torch.manual_seed(seed)
+    theirs = pyg_nn.GATConv(**kwargs)
+    ours = GATConv(**kwargs)
+    ours.load_state_dict(theirs.state_dict())
+    return theirs, ours
+
+
+LAYER_CASES = [
+    dict(in_channels=6, out_channels=4, heads=3),
+    dict(in_channels=6, out_channels=5, heads=2, concat=False, negative_slope=0.1),
+    dict(in_channels=6, out_channels=4, heads=2, edge_dim=3, residual=True),
+    dict(in_channels=6, out_channels=4, heads=2, add_self_loops=False, bias=False),
+    dict(in_channels=(6, 5), out_channels=4, heads=2, add_self_loops=False),
+]
+
+
+@pytest.mark.parametrize("kwargs", LAYER_CASES, ids=lambda k: ",".join(f"{a}={b}" for a, b in k.items()))
+def test_matches_pyg_outputs_weights_and_gradients(kwargs):
+    theirs, ours = twins(**kwargs)
+    edge_index = random_graph()
+    bipartite = isinstance(kwargs["in_channels"], tuple)
+    x = (torch.randn(12, 6), torch.randn(12, 5)) if bipartite else torch.randn(12, 6)
+    extra = {"edge_attr": torch.randn(edge_index.shape[1], 3)} if kwargs.get("edge_dim") else {}
+    out_t, (ei_t, att_t) = theirs(x, edge_index, return_attention_weights=True, **extra)
+    out_o, (ei_o, att_o) = ours(x, edge_index, return_attention_weights=True, **extra)
+    assert torch.equal(ei_t, ei_o)
+    torch.testing.assert_close(att_o, att_t)
+    torch.testing.assert_close(out_o, out_t)
+    out_t.square().sum().backward()
+    out_o.square().sum().backward()
+    for (name, p_t), p_o in zip(theirs.named_parameters(), ours.parameters()):
+        torch.testing.assert_close(p_o.grad, p_t.grad, msg=name)
+
+
+def test_sparse_adjacency_equals_edge_index_and_pyg():
+    theirs, ours = twins(in_channels=6, out_channels=4, heads=2)
+    edge_index = random_graph()
+    x = torch.randn(12, 6)
+    adj_t = to_torch_csr_tensor(edge_index.flip(0), size=(12, 12))  # rows are targets
+    out_sparse, (adj_out, att_sparse) = ours(x, adj_t, return_attention_weights=True)
+    torch.testing.assert_close(out_sparse, ours(x, edge_index))
+    out_pyg, (_, att_pyg) = theirs(x, adj_t, return_attention_weights=True)
+    torch.testing.assert_close(out_sparse, out_pyg)
+    torch.testing.assert_close(att_sparse, att_pyg)
+    assert adj_out.layout in (torch.sparse_csr, torch.sparse_coo)
+
+
+@pytest.mark.parametrize("name", ["softmax", "bam-wc", "bam-lf", "entmax15"])
+def test_isolated_node_attends_to_itself_only(name):
+    conv = GATConv(6, 4, heads=2, attention=name)
+    conv.train()
+    edge_index = random_graph()
+    x = torch.randn(12, 6)
+    with attention.aux_losses() as aux:
+        out, (ei, att) = conv(x, edge_index, return_attention_weights=True)
+    assert torch.isfinite(out).all() and torch.isfinite(aux.total())
+    self_loop = (ei[0] == 11) & (ei[1] == 11)
+    assert ((ei[1] == 11) == self_loop).all(), "node 11 must only receive its self-loop"
+    torch.testing.assert_close(att[self_loop], torch.ones(1, 2))
+    expected = conv.lin(x[11]).view(2, 4).reshape(-1) + conv.bias
+    torch.testing.assert_close(out[11], expected)
+
+
+def test_isolated_node_without_self_loops_gets_bias_only():
+    conv = GATConv(6, 4, heads=2, add_self_loops=False, attention="bam-wc")
+    conv.train()
+    with attention.aux_losses():
+        out = conv(torch.randn(12, 6), random_graph())
+    torch.testing.assert_close(out[11], conv.bias)
+
+
+@pytest.mark.parametrize("name", ["softmax", "bam-wf", "bam-wc", "bam-lf", "bam-lc", "sparsemax"])
+def test_attention_weights_sum_to_one_per_target_and_head(name):
+    conv = GATConv(6, 4, heads=3, attention=name)
+    conv.train()  # BAM samples; dropout is 0
+    _, (ei, att) = conv(torch.randn(12, 6), random_graph(), return_attention_weights=True)
+    assert att.shape == (ei.shape[1], 3) and (att >= 0).all()
+    torch.testing.assert_close(scatter(att, ei[1], 0, dim_size=12, reduce="sum"), torch.ones(12, 3))
+
+
+def test_bam_samples_in_training_and_is_softmax_in_eval():
+    torch.manual_seed(0)
+    softmax = GATConv(6, 4, heads=2)
+    bam = GATConv(6, 4, heads=2, attention="bam-wc", k=5.0, beta=2.0)
+    assert bam.normalizer.k == 5.0 and bam.normalizer.beta == 2.0
+    missing = bam.load_state_dict(softmax.state_dict(), strict=False).missing_keys
+    assert missing and all(key.startswith("normalizer.prior_net") for key in missing)
+    x, edge_index = torch.randn(12, 6), random_graph()
+    bam.eval()
+    torch.testing.assert_close(bam(x, edge_index), softmax(x, edge_index))
+    bam.train()
+    assert not torch.allclose(bam(x, edge_index), bam(x, edge_index))
+
+
+def test_bam_kl_is_collected_with_gradients_for_the_prior_network():
+    conv = GATConv(6, 4, heads=2, attention="bam-wc")
+    conv.train()
+    with attention.aux_losses() as aux:
+        conv(torch.randn(12, 6), random_graph())
+    assert list(aux.by_name()) == ["bam_kl"]
+    aux.total().backward()
+    assert conv.normalizer.prior_net.hidden.weight.grad.abs().sum() > 0
+    assert conv.att_src.grad.abs().sum() > 0
+
+
+def test_mc_sampling_makes_eval_stochastic_and_restores():
+    model = GAT(6, 3, attention="bam-wf")
+    model.eval()
+    x, edge_index = torch.randn(12, 6), random_graph()
+    with attention.mc_sampling(model, dropout=True):
+        assert not torch.allclose(model(x, edge_index), model(x, edge_index))
+    torch.testing.assert_close(model(x, edge_index), model(x, edge_index))
+
+
+def test_unknown_attention_option_is_a_clear_error():
+    with pytest.raises(TypeError, match="softmax"):
+        GATConv(6, 4, attention="softmax", k=10)
+    with pytest.raises(ValueError, match="unknown attention variant"):
+        GATConv(6, 4, attention="bam-xx")
+
+
+def sparse(x):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return x.to_sparse_csr()
+
+
+def test_sparse_csr_features_match_dense_features():
+    torch.manual_seed(0)
+    x = torch.rand(12, 6) * (torch.rand(12, 6) < 0.3)
+    x[3] = 0  # a node without features
+    conv = GATConv(6, 4, heads=2)
+    edge_index = random_graph()
+    dense_out = conv(x, edge_index)
+    dense_out.sum().backward()
+    dense_grad = conv.lin.weight.grad.clone()
+    conv.zero_grad()
+    sparse_out = conv(sparse(x), edge_index)
+    sparse_out.sum().backward()
+    torch.testing.assert_close(sparse_out, dense_out)
+    torch.testing.assert_close(conv.lin.weight.grad, dense_grad)
+
+
+def test_sparse_dropout_drops_stored_values_only_with_inverted_scaling():
+    torch.manual_seed(0)
+    x = torch.rand(200, 50) * (torch.rand(200, 50) < 0.2)
+    drop = SparseDropout(0.6)
+    dropped = drop(sparse(x)).to_dense()
+    assert ((dropped != 0) <= (x != 0)).all()
+    kept = dropped != 0
+    torch.testing.assert_close(dropped[kept], x[kept] / 0.4)
+    assert 0.3 < kept.sum() / (x != 0).sum() < 0.5
+    drop.eval()
+    assert torch.equal(drop(sparse(x)).to_dense(), x)

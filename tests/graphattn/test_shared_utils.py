@@ -1,0 +1,74 @@
+"""common.utils and common.metrics as graphattn uses them (candidates to move to tests/common)."""
+import json
+
+import pytest
+import torch
+
+from common.metrics import expected_calibration_error, pavpu_entropy, pavpu_ttest, ttest_uncertain
+from common.utils import atomic_save, atomic_write_json, results_record, seed_everything
+
+
+def test_atomic_writes_replace_and_leave_no_temporary_files(tmp_path):
+    path = tmp_path / "sub" / "results.json"
+    atomic_write_json(path, {"a": 1})
+    atomic_write_json(path, {"a": 2})
+    assert json.loads(path.read_text()) == {"a": 2}
+    atomic_save({"w": torch.ones(2)}, tmp_path / "sub" / "ckpt.pt")
+    assert sorted(p.name for p in path.parent.iterdir()) == ["ckpt.pt", "results.json"]
+
+
+def test_failed_write_keeps_the_old_file(tmp_path):
+    path = tmp_path / "results.json"
+    atomic_write_json(path, {"a": 1})
+    with pytest.raises(TypeError):
+        atomic_write_json(path, {"a": object()})
+    assert json.loads(path.read_text()) == {"a": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["results.json"]
+
+
+def test_results_record_has_config_versions_and_commit_field():
+    record = results_record({"lr": 0.1}, acc=0.5)
+    assert record["acc"] == 0.5 and record["config"] == {"lr": 0.1}
+    assert record["environment"]["packages"]["torch"] == torch.__version__
+    assert "git_commit" in record["environment"]
+
+
+def test_seed_everything_repeats_draws():
+    seed_everything(3)
+    first = torch.rand(3)
+    seed_everything(3)
+    assert torch.equal(torch.rand(3), first)
+
+
+def mc_logits():
+    """Three predictions over 3 classes, 6 MC samples: a confident right one, a confident wrong
+    one and a coin flip between classes 0 and 1 (wrong on average)."""
+    noise = torch.tensor([0.1, -0.1, 0.2, -0.2, 0.05, -0.05])
+    confident = torch.stack([torch.tensor([5.0, 0.0, -1.0]) + n for n in noise])
+    flip = torch.stack([torch.tensor([1.0 if i % 2 else 0.0, 0.0 if i % 2 else 1.05, -3.0]) for i in range(6)])
+    return torch.stack([confident, confident, flip], dim=1), torch.tensor([0, 2, 0])
+
+
+def test_ttest_pavpu_counts_certain_right_and_uncertain_wrong():
+    logits, targets = mc_logits()
+    assert ttest_uncertain(logits).tolist() == [False, False, True]
+    # accurate & certain (node 0) + inaccurate & uncertain (node 2), of 3.
+    assert pavpu_ttest(logits, targets) == pytest.approx(2 / 3)
+
+
+def test_ttest_constant_differences_are_certain_unless_tied():
+    logits = torch.tensor([[[2.0, 1.0], [1.0, 1.0]]]).expand(4, 2, 2)
+    assert ttest_uncertain(logits).tolist() == [False, True]
+
+
+def test_entropy_pavpu_uses_the_threshold():
+    logits, targets = mc_logits()
+    assert pavpu_entropy(logits, targets, threshold=0.5) == pytest.approx(2 / 3)
+    assert pavpu_entropy(logits, targets, threshold=10.0) == pytest.approx(1 / 3)
+
+
+def test_expected_calibration_error():
+    probs = torch.tensor([[0.9, 0.1], [0.9, 0.1], [0.6, 0.4], [0.6, 0.4]])
+    targets = torch.tensor([0, 1, 0, 0])
+    # Bin 0.9: accuracy 0.5, confidence 0.9; bin 0.6: accuracy 1.0, confidence 0.6.
+    assert expected_calibration_error(probs, targets) == pytest.approx(0.5 * 0.4 + 0.5 * 0.4)

@@ -1,0 +1,57 @@
+"""Configs, and short real training/evaluation runs on Cora through the CLIs."""
+import json
+
+import pytest
+import torch
+
+from graphattn import evaluate, train
+from graphattn.config import load_config
+
+
+def test_config_layers_dataset_file_and_overrides():
+    cfg = load_config("pubmed", "bam-wc", ["optim.lr=0.02", "attention.options.k=7"])
+    assert cfg.dataset == "PubMed" and cfg.model.out_heads == 8 and cfg.optim.weight_decay == 0.001
+    assert cfg.optim.lr == 0.02 and cfg.attention.name == "bam-wc" and cfg.attention.options.k == 7
+
+
+def test_config_variant_block_sets_the_tuned_bam_options():
+    cfg = load_config("cora", "bam-wc")
+    assert cfg.attention.options, "cora.yaml must hold the tuned bam-wc options"
+    assert "variants" not in cfg
+
+
+def test_misspelt_config_key_is_an_error():
+    with pytest.raises(ValueError, match="lrr"):
+        load_config("cora", None, ["optim.lrr=0.1"])
+
+
+@pytest.mark.realdata
+def test_short_bam_training_beats_chance_and_evaluates(attn_data_root, tmp_path, capsys):
+    out = tmp_path / "run"
+    args = ["--dataset", "Cora", "--attention", "bam-wc", "--seeds", "2", "--data-root", str(attn_data_root),
+            "--out", str(out), "--no-progress", "train.max_epochs=40", "kl.weight=0.1", "train.num_threads=1"]
+    assert train.main(args) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert len(results["test_acc"]["per_seed"]) == 2
+    # Chance is 1/7 (14%) and the majority class 32%: 40 epochs must do far better.
+    assert results["test_acc"]["mean"] > 65
+    assert results["config"]["attention"]["name"] == "bam-wc" and results["config"]["kl"]["weight"] == 0.1
+    assert results["environment"]["packages"]["torch"] == torch.__version__
+    history = [json.loads(line) for line in (out / "seed0.jsonl").read_text().splitlines()]
+    assert history[-1]["kl"] > 0 and len(history) == results["epochs"][0]
+
+    # Resuming reuses the finished seeds instead of retraining them.
+    stamps = [(out / f"seed{s}.pt").stat().st_mtime_ns for s in (0, 1)]
+    assert train.main(args) == 0
+    assert [(out / f"seed{s}.pt").stat().st_mtime_ns for s in (0, 1)] == stamps
+    # ... but refuses a checkpoint trained with another config.
+    assert train.main(args[:-2] + ["kl.weight=0.2"]) == 2
+    assert "different config" in capsys.readouterr().err
+
+    report = out / "eval.json"
+    assert evaluate.main([str(out), "--mc-samples", "4", "--out", str(report)]) == 0
+    evaluated = json.loads(report.read_text())
+    for entry in evaluated["checkpoints"]:
+        assert entry["test"]["acc"] == pytest.approx(entry["stored_test_acc"])
+        assert 0 <= entry["mc"]["pavpu_ttest"] <= 1 and 0 <= entry["mc"]["ece"] <= 1
+    assert evaluated["summary"]["mc_acc"]["mean"] > 60
