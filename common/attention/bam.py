@@ -131,8 +131,8 @@ class BAM(Normalizer):
         return lognormal_log_noise(scores, self.sigma)
 
     # ------------------------------------------------------------------ prior ------
-    def _prior_log_weights(self, scores: Tensor, groups, keys, key_index) -> Tensor:
-        """``log pi``: the contextual prior's log-weights over the keys of each query."""
+    def _prior_logits(self, scores: Tensor, keys, key_index) -> Tensor:
+        """The contextual prior's logits ``F2(act(F1(k_j)))``, laid out like ``scores``."""
         if keys is None:
             raise ValueError(f"{self.extra_repr()}: a contextual prior needs keys=... in the call")
         logits = self.prior_net(keys)
@@ -140,7 +140,7 @@ class BAM(Normalizer):
             logits = logits.index_select(0, key_index)
         elif scores.dim() == logits.dim() + 1:  # dense [..., keys] -> [..., 1, keys]
             logits = logits.unsqueeze(-2)
-        return groups.log_softmax(logits.expand_as(scores))
+        return logits.expand_as(scores)
 
     def prior_weights(
         self,
@@ -156,47 +156,123 @@ class BAM(Normalizer):
         if self.prior_net is None:
             raise ValueError("prior_weights needs a contextual prior (bam-wc or bam-lc)")
         groups = make_groups(scores, mask, index, num_nodes)
-        return groups.zero_masked(self._prior_log_weights(scores, groups, keys, key_index).exp())
+        return groups.softmax(self._prior_logits(scores, keys, key_index))
 
     # ------------------------------------------------------------------ KL ---------
     def _kl(self, scores: Tensor, groups, keys, key_index) -> Tensor:
-        """Mean KL over real entries, with the entry-independent terms added once after the mean.
+        prior_logits = None if self.prior_net is None else self._prior_logits(scores, keys, key_index)
+        return _MeanKL.apply(scores, prior_logits, self.kl_kernel, groups)
 
-        Masked entries are set to 0 before the closed forms so they stay finite (and their
-        gradient is exactly zero); ``groups.mean`` then ignores them.
-        """
-        logp = groups.fill(groups.log_softmax(scores), 0.0)
-        log_pi = None
-        if self.prior_net is not None:
-            log_pi = groups.fill(self._prior_log_weights(scores, groups, keys, key_index), 0.0)
+    @property
+    def kl_kernel(self) -> "WeibullGammaKL | LognormalKL":
+        contextual = self.prior_net is not None
         if self.posterior == "weibull":
-            return self._kl_weibull_gamma(logp, log_pi, groups)
-        return self._kl_lognormal(logp, log_pi, groups)
+            return WeibullGammaKL(self.k, self.beta, self.prior_alpha, contextual)
+        return LognormalKL(self.sigma, self.prior_sigma, self.prior_mu, contextual)
 
-    def _kl_weibull_gamma(self, logp: Tensor, log_pi: Optional[Tensor], groups) -> Tensor:
-        """KL(Weibull(k, p / Gamma(1+1/k)) || Gamma(alpha, beta)) regrouped as
-        ``alpha (c - log p) + log Gamma(alpha) + beta p + (log k - gamma - 1)`` with
-        ``c = gamma/k + log Gamma(1+1/k) - log beta`` (BAM Sec. 3.2, lambda Gamma(1+1/k) = p)."""
-        k, beta, log_beta = self.k, self.beta, math.log(self.beta)
-        c = EULER_GAMMA / k + math.lgamma(1 + 1 / k) - log_beta
-        const = math.log(k) - EULER_GAMMA - 1
-        beta_p = torch.exp(logp + log_beta)
-        if log_pi is None:  # fixed Gamma(prior_alpha, beta)
-            alpha = self.prior_alpha
-            const += alpha * c + math.lgamma(alpha)
-            return groups.mean(beta_p - alpha * logp) + const
-        # contextual: alpha = beta * pi, kept above the smallest normal float so lgamma stays finite
-        log_alpha = (log_pi + log_beta).clamp_min(math.log(torch.finfo(logp.dtype).tiny))
+
+class WeibullGammaKL:
+    """KL(Weibull(k, p / Gamma(1+1/k)) || Gamma(alpha, beta)) per entry, regrouped (Sec. 3.2) as
+
+    ``alpha (c - log p) + log Gamma(alpha) + beta p + (log k - gamma - 1)``,
+    ``c = gamma/k + log Gamma(1+1/k) - log beta``, since ``lambda Gamma(1+1/k) = p``.
+    Contextual prior: ``alpha = beta * pi``; fixed prior: ``alpha`` is a constant.
+    """
+
+    def __init__(self, k: float, beta: float, prior_alpha: float, contextual: bool):
+        self.log_beta = math.log(beta)
+        self.c = EULER_GAMMA / k + math.lgamma(1 + 1 / k) - self.log_beta
+        self.alpha = None if contextual else prior_alpha
+        self.const = math.log(k) - EULER_GAMMA - 1
+        if not contextual:
+            self.const += prior_alpha * self.c + math.lgamma(prior_alpha)
+
+    def _log_alpha(self, log_pi: Tensor) -> Tensor:
+        # kept above the smallest normal float so that lgamma(alpha) stays finite
+        return (log_pi + self.log_beta).clamp_min(math.log(torch.finfo(log_pi.dtype).tiny))
+
+    def value(self, logp: Tensor, log_pi: Optional[Tensor]) -> Tensor:
+        beta_p = torch.exp(logp + self.log_beta)
+        if log_pi is None:
+            return beta_p - self.alpha * logp
+        alpha = self._log_alpha(log_pi).exp()
+        return alpha * (self.c - logp) + torch.lgamma(alpha) + beta_p
+
+    def grads(self, logp: Tensor, log_pi: Optional[Tensor], need_prior: bool):
+        """Derivatives of :meth:`value` with respect to ``log p`` and ``log pi``."""
+        beta_p = torch.exp(logp + self.log_beta)
+        if log_pi is None:
+            return beta_p - self.alpha, None
+        log_alpha = self._log_alpha(log_pi)
         alpha = log_alpha.exp()
-        return groups.mean(alpha * (c - logp) + torch.lgamma(alpha) + beta_p) + const
+        d_log_pi = None
+        if need_prior:  # d alpha / d log pi = alpha; d lgamma(alpha) / d alpha = digamma(alpha)
+            d_log_pi = alpha * (self.c - logp + torch.digamma(alpha))
+            d_log_pi = torch.where(log_alpha > log_pi + self.log_beta, torch.zeros_like(d_log_pi), d_log_pi)
+        return beta_p - alpha, d_log_pi
 
-    def _kl_lognormal(self, logp: Tensor, log_pi: Optional[Tensor], groups) -> Tensor:
-        """KL(Lognormal(log p - s_q^2/2, s_q^2) || Lognormal(mu_p, s_p^2)) =
-        ``(mu_q - mu_p)^2 / (2 s_p^2) + log(s_p/s_q) + s_q^2/(2 s_p^2) - 1/2``."""
-        s_q, s_p = self.sigma, self.prior_sigma
-        if log_pi is None:  # fixed mu_p
-            diff = logp - (s_q**2 / 2 + self.prior_mu)
-        else:  # mu_p = log pi - s_p^2 / 2
-            diff = logp - log_pi + (s_p**2 - s_q**2) / 2
-        const = math.log(s_p / s_q) + s_q**2 / (2 * s_p**2) - 0.5
-        return groups.mean(diff.square()) / (2 * s_p**2) + const
+
+class LognormalKL:
+    """KL(Lognormal(log p - s_q^2/2, s_q^2) || Lognormal(mu_p, s_p^2)) per entry (Sec. 3.2):
+
+    ``(mu_q - mu_p)^2 / (2 s_p^2) + log(s_p/s_q) + s_q^2/(2 s_p^2) - 1/2``, with
+    ``mu_p = log pi - s_p^2/2`` (contextual) or a constant (fixed).
+    """
+
+    def __init__(self, sigma: float, prior_sigma: float, prior_mu: float, contextual: bool):
+        self.contextual = contextual
+        self.scale = 1 / (2 * prior_sigma**2)
+        self.offset = (prior_sigma**2 - sigma**2) / 2 if contextual else -(sigma**2 / 2 + prior_mu)
+        self.const = math.log(prior_sigma / sigma) + sigma**2 * self.scale - 0.5
+
+    def _diff(self, logp: Tensor, log_pi: Optional[Tensor]) -> Tensor:
+        diff = logp + self.offset
+        return diff - log_pi if log_pi is not None else diff
+
+    def value(self, logp: Tensor, log_pi: Optional[Tensor]) -> Tensor:
+        return self._diff(logp, log_pi).square().mul_(self.scale)
+
+    def grads(self, logp: Tensor, log_pi: Optional[Tensor], need_prior: bool):
+        d_logp = self._diff(logp, log_pi).mul_(2 * self.scale)
+        return d_logp, (-d_logp if need_prior and log_pi is not None else None)
+
+
+class _MeanKL(torch.autograd.Function):
+    """Mean over real entries of a per-entry KL of ``p = softmax(scores)`` and
+    ``pi = softmax(prior_logits)``, with a hand-written backward through both softmaxes.
+
+    Masked entries are set to 0 before the closed forms, so they stay finite and get
+    exactly zero gradient; fully masked rows contribute nothing.
+    """
+
+    @staticmethod
+    def forward(ctx, scores: Tensor, prior_logits: Optional[Tensor], kernel, groups) -> Tensor:
+        raw_logp, raw_log_pi, log_pi = groups.log_softmax(scores), None, None
+        if prior_logits is not None:
+            raw_log_pi = groups.log_softmax(prior_logits)
+            log_pi = groups.fill(raw_log_pi, 0.0)
+        logp = groups.fill(raw_logp, 0.0)
+        ctx.save_for_backward(raw_logp, raw_log_pi)
+        ctx.kernel, ctx.groups = kernel, groups
+        return groups.mean(kernel.value(logp, log_pi)) + kernel.const
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        raw_logp, raw_log_pi = ctx.saved_tensors
+        groups, kernel = ctx.groups, ctx.kernel
+        logp = groups.fill(raw_logp, 0.0)
+        log_pi = None if raw_log_pi is None else groups.fill(raw_log_pi, 0.0)
+        d_logp, d_log_pi = kernel.grads(logp, log_pi, ctx.needs_input_grad[1])
+        scale = grad / groups.count(raw_logp)
+        d_logp = groups.zero_masked(d_logp) * scale
+        d_scores = _log_softmax_backward(d_logp, raw_logp, groups)
+        if d_log_pi is None:
+            return d_scores, None, None, None
+        d_log_pi = groups.zero_masked(d_log_pi) * scale
+        return d_scores, _log_softmax_backward(d_log_pi, raw_log_pi, groups), None, None
+
+
+def _log_softmax_backward(grad: Tensor, log_weights: Tensor, groups) -> Tensor:
+    """Chain rule through ``log_softmax``: ``grad - softmax * sum_group(grad)``."""
+    weights = groups.zero_masked(log_weights.exp())
+    return grad - weights * groups.expand(groups.sum(grad))

@@ -70,12 +70,15 @@ class DenseGroups:
         """Log-weights; masked entries are ``-inf`` (NaN on fully masked rows): use with :meth:`mean`."""
         return torch.log_softmax(self.fill(x, float("-inf")), dim=-1)
 
+    def count(self, like: Tensor) -> int:
+        """Number of real entries in a tensor shaped like ``like``."""
+        return like.numel() if self.mask is None else max(int(self.mask.expand(like.shape).sum()), 1)
+
     def mean(self, x: Tensor) -> Tensor:
         """Mean of ``x`` over real (unmasked) entries only."""
         if self.mask is None:
             return x.mean()
-        mask = self.mask.expand(x.shape)
-        return torch.where(mask, x, x.new_zeros(())).sum() / mask.sum().clamp_min(1)
+        return self.zero_masked(x).sum() / self.count(x)
 
 
 def _edge_shift(x: Tensor, index: Tensor, num_nodes: int) -> Tensor:
@@ -175,6 +178,9 @@ class EdgeGroups:
 
     def log_softmax(self, x: Tensor) -> Tensor:
         return _EdgeLogSoftmax.apply(x, self.index, self.num_nodes)
+
+    def count(self, like: Tensor) -> int:
+        return max(like.numel(), 1)
 
     def mean(self, x: Tensor) -> Tensor:
         return x.mean()
