@@ -131,16 +131,24 @@ class BAM(Normalizer):
         return lognormal_log_noise(scores, self.sigma)
 
     # ------------------------------------------------------------------ prior ------
-    def _prior_logits(self, scores: Tensor, keys, key_index) -> Tensor:
-        """The contextual prior's logits ``F2(act(F1(k_j)))``, laid out like ``scores``."""
+    def _prior_logits(self, scores: Tensor, groups, keys, key_index) -> Tensor:
+        """The contextual prior's logits ``F2(act(F1(k_j)))``, laid out like ``scores``.
+
+        Dense with a mask that is the same for every query (or none), the prior is the same
+        for every query too: it stays ``[..., 1, keys]`` and broadcasts, so its softmax,
+        lgamma and digamma run once per key instead of once per query-key pair.
+        """
         if keys is None:
             raise ValueError(f"{self.extra_repr()}: a contextual prior needs keys=... in the call")
         logits = self.prior_net(keys)
         if key_index is not None:  # per-node keys, gathered to edges
-            logits = logits.index_select(0, key_index)
-        elif scores.dim() == logits.dim() + 1:  # dense [..., keys] -> [..., 1, keys]
+            return logits.index_select(0, key_index)
+        if scores.dim() == logits.dim() + 1:  # dense [..., keys] -> [..., 1, keys]
             logits = logits.unsqueeze(-2)
-        return logits.expand_as(scores)
+        mask = getattr(groups, "mask", None)
+        if mask is not None and mask.shape[-2] != 1:
+            return logits.expand_as(scores)  # per-query masks (e.g. causal): one prior per query
+        return logits
 
     def prior_weights(
         self,
@@ -156,11 +164,11 @@ class BAM(Normalizer):
         if self.prior_net is None:
             raise ValueError("prior_weights needs a contextual prior (bam-wc or bam-lc)")
         groups = make_groups(scores, mask, index, num_nodes)
-        return groups.softmax(self._prior_logits(scores, keys, key_index))
+        return groups.softmax(self._prior_logits(scores, groups, keys, key_index)).expand_as(scores)
 
     # ------------------------------------------------------------------ KL ---------
     def _kl(self, scores: Tensor, groups, keys, key_index) -> Tensor:
-        prior_logits = None if self.prior_net is None else self._prior_logits(scores, keys, key_index)
+        prior_logits = None if self.prior_net is None else self._prior_logits(scores, groups, keys, key_index)
         return _MeanKL.apply(scores, prior_logits, self.kl_kernel, groups)
 
     @property
@@ -241,7 +249,8 @@ class _MeanKL(torch.autograd.Function):
     """Mean over real entries of a per-entry KL of ``p = softmax(scores)`` and
     ``pi = softmax(prior_logits)``, with a hand-written backward through both softmaxes.
 
-    Masked entries are set to 0 before the closed forms, so they stay finite and get
+    ``prior_logits`` may be smaller than ``scores`` and broadcast against them (one prior
+    per key for all queries). Masked entries are set to 0 before the closed forms, so they stay finite and get
     exactly zero gradient; fully masked rows contribute nothing.
     """
 
@@ -268,7 +277,7 @@ class _MeanKL(torch.autograd.Function):
         d_scores = _log_softmax_backward(d_logp, raw_logp, groups)
         if d_log_pi is None:
             return d_scores, None, None, None
-        d_log_pi = groups.zero_masked(d_log_pi) * scale
+        d_log_pi = groups.zero_masked(d_log_pi).sum_to_size(raw_log_pi.shape) * scale
         return d_scores, _log_softmax_backward(d_log_pi, raw_log_pi, groups), None, None
 
 
