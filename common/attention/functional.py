@@ -62,13 +62,13 @@ def kl_lognormal(mu_q: Tensor, sigma_q, mu_p, sigma_p) -> Tensor:
 
 
 def weibull_log_noise(like: Tensor, k: float) -> Tensor:
-    r"""``(1/k) log(-log(1-u))``, u ~ U(0,1): the log of a Weibull(k, 1) sample (BAM Eq. for S).
+    r"""``(1/k) log(-log(u))``, u ~ U(0,1): the log of a Weibull(k, 1) sample (BAM Sec. 3.2,
+    ``S = lambda (-log(1-u))^{1/k}``, with ``1-u`` as uniform as ``u``).
 
     ``u`` is kept inside ``[tiny, 1 - eps]`` so the noise is always finite.
     """
-    eps = torch.finfo(like.dtype).eps
-    u = torch.rand_like(like).clamp_(torch.finfo(like.dtype).tiny, 1 - eps)
-    return u.neg_().log1p_().neg_().log_().div_(k)
+    u = torch.rand_like(like).clamp_(torch.finfo(like.dtype).tiny, 1 - torch.finfo(like.dtype).eps)
+    return u.log_().neg_().log_().div_(k)
 
 
 def lognormal_log_noise(like: Tensor, sigma: float) -> Tensor:

@@ -145,10 +145,10 @@ def test_kl_is_zero_when_posterior_equals_contextual_prior():
 @pytest.mark.parametrize("per_query_mask", [True, False], ids=["per-query-mask", "key-padding-mask"])
 def test_gradcheck_float64(name, per_query_mask):
     torch.manual_seed(0)
-    norm = attention.build(name, key_dim=4, k=3.0, sigma=0.5).double().train()
-    scores = torch.randn(2, 2, 3, 5, dtype=torch.float64, requires_grad=True)
-    keys = torch.randn(2, 2, 5, 4, dtype=torch.float64, requires_grad=True)
-    mask = torch.rand(2, 1, 3 if per_query_mask else 1, 5) > 0.3
+    norm = attention.build(name, key_dim=3, k=3.0, sigma=0.5).double().train()
+    scores = torch.randn(1, 2, 3, 5, dtype=torch.float64, requires_grad=True)
+    keys = torch.randn(1, 2, 5, 3, dtype=torch.float64, requires_grad=True)
+    mask = torch.rand(1, 1, 3 if per_query_mask else 1, 5) > 0.3
     mask[..., 0] = True
 
     def run(s, k):
