@@ -98,39 +98,35 @@ class _EdgeSoftmax(torch.autograd.Function):
     """Softmax over edges grouped by target; saves only the output for backward."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, index: Tensor, num_nodes: int) -> Tensor:
-        out = (x - _edge_shift(x, index, num_nodes)).exp_()
-        total = scatter(out, index, 0, dim_size=num_nodes, reduce="sum")
-        out.div_(total.index_select(0, index))
-        ctx.save_for_backward(out, index)
-        ctx.num_nodes = num_nodes
+    def forward(ctx, x: Tensor, groups: "EdgeGroups") -> Tensor:
+        out = (x - _edge_shift(x, groups.index, groups.num_nodes)).exp_()
+        out.div_(groups.total(out))
+        ctx.save_for_backward(out)
+        ctx.groups = groups
         return out
 
     @staticmethod
     def backward(ctx, grad: Tensor):
-        out, index = ctx.saved_tensors
+        (out,) = ctx.saved_tensors
         weighted = grad * out
-        total = scatter(weighted, index, 0, dim_size=ctx.num_nodes, reduce="sum")
-        return weighted.sub_(out * total.index_select(0, index)), None, None
+        return weighted.sub_(out * ctx.groups.total(weighted)), None
 
 
 class _EdgeLogSoftmax(torch.autograd.Function):
     """Log-softmax over edges grouped by target; saves only the output for backward."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, index: Tensor, num_nodes: int) -> Tensor:
-        shifted = x - _edge_shift(x, index, num_nodes)
-        total = scatter(shifted.exp(), index, 0, dim_size=num_nodes, reduce="sum")
-        out = shifted.sub_(total.log_().index_select(0, index))
-        ctx.save_for_backward(out, index)
-        ctx.num_nodes = num_nodes
+    def forward(ctx, x: Tensor, groups: "EdgeGroups") -> Tensor:
+        shifted = x - _edge_shift(x, groups.index, groups.num_nodes)
+        out = shifted.sub_(groups.total(shifted.exp()).log_())
+        ctx.save_for_backward(out)
+        ctx.groups = groups
         return out
 
     @staticmethod
     def backward(ctx, grad: Tensor):
-        out, index = ctx.saved_tensors
-        total = scatter(grad, index, 0, dim_size=ctx.num_nodes, reduce="sum")
-        return grad - out.exp() * total.index_select(0, index), None, None
+        (out,) = ctx.saved_tensors
+        return grad - out.exp() * ctx.groups.total(grad), None
 
 
 class EdgeGroups:
@@ -169,15 +165,19 @@ class EdgeGroups:
     def expand(self, group_values: Tensor) -> Tensor:
         return group_values.index_select(0, self.index)
 
+    def total(self, x: Tensor) -> Tensor:
+        """The sum of each edge's group, per edge."""
+        return self.expand(self.sum(x))
+
     def size(self, like: Tensor) -> Tensor:
         ones = like.new_ones(like.shape[0]).view((-1,) + (1,) * (like.dim() - 1))
         return self.sum(ones.expand_as(like))
 
     def softmax(self, x: Tensor) -> Tensor:
-        return _EdgeSoftmax.apply(x, self.index, self.num_nodes)
+        return _EdgeSoftmax.apply(x, self)
 
     def log_softmax(self, x: Tensor) -> Tensor:
-        return _EdgeLogSoftmax.apply(x, self.index, self.num_nodes)
+        return _EdgeLogSoftmax.apply(x, self)
 
     def count(self, like: Tensor) -> int:
         return max(like.numel(), 1)
