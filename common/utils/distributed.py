@@ -1,0 +1,100 @@
+"""Multi-process data-parallel training on ``torch.distributed`` (launch with ``torchrun``).
+
+Each process trains a replica on its shard of every global batch; DistributedDataParallel
+averages the gradients, so N processes with per-rank batch B follow the same trajectory
+as one process with batch N*B (for losses that are means over the batch)::
+
+    torchrun --nproc_per_node 2 -m graphattn.train ...
+
+    env = init_distributed()                 # reads RANK / WORLD_SIZE / LOCAL_RANK
+    model = wrap_model(model.to(env.device), env)
+    sampler = shard_sampler(dataset, env, shuffle=True, seed=seed)
+
+Auxiliary losses collected with ``common.attention.aux_losses()`` work unchanged: each
+process collects its own, and their gradients are averaged like the task loss's.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import Dataset, DistributedSampler
+
+
+@dataclass(frozen=True)
+class DistEnv:
+    """Where this process sits: ``rank`` of ``world_size``, on ``device``."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    device: torch.device = torch.device("cpu")
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def is_main(self) -> bool:
+        """Only the main process writes checkpoints, logs and results."""
+        return self.rank == 0
+
+
+def init_distributed(backend: Optional[str] = None, device: Optional[str] = None) -> DistEnv:
+    """Join the process group described by torchrun's environment variables, if any.
+
+    Without ``WORLD_SIZE`` (or with 1) this is a single process and nothing is initialised.
+    The backend defaults to NCCL on CUDA and gloo on CPU.
+    """
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    use_cuda = torch.cuda.is_available() and device != "cpu"
+    if device is None:
+        device = f"cuda:{local_rank}" if use_cuda else "cpu"
+    if world_size > 1 and not dist.is_initialized():
+        missing = [v for v in ("MASTER_ADDR", "MASTER_PORT") if v not in os.environ]
+        if missing:
+            raise RuntimeError(
+                f"WORLD_SIZE={world_size} but {', '.join(missing)} is not set: launch with "
+                "`torchrun --nproc_per_node N ...`, which sets them"
+            )
+        dist.init_process_group(backend or ("nccl" if use_cuda else "gloo"), rank=rank, world_size=world_size)
+    if str(device).startswith("cuda"):
+        torch.cuda.set_device(torch.device(device))
+    return DistEnv(rank, world_size, local_rank, torch.device(device))
+
+
+def wrap_model(model: nn.Module, env: DistEnv) -> nn.Module:
+    """``DistributedDataParallel(model)`` when there are several processes, else ``model``."""
+    if not env.distributed:
+        return model
+    ids = [env.device.index] if env.device.type == "cuda" else None
+    return DistributedDataParallel(model, device_ids=ids)
+
+
+def shard_sampler(dataset: Dataset, env: DistEnv, shuffle: bool = True, seed: int = 0) -> Optional[DistributedSampler]:
+    """A sampler giving each process its own shard (call ``set_epoch`` every epoch), or None."""
+    if not env.distributed:
+        return None
+    return DistributedSampler(dataset, num_replicas=env.world_size, rank=env.rank, shuffle=shuffle, seed=seed)
+
+
+def all_reduce_mean(value: torch.Tensor, env: DistEnv) -> torch.Tensor:
+    """The mean of ``value`` over processes (for logging metrics), ``value`` itself when alone."""
+    if not env.distributed:
+        return value
+    value = value.detach().clone()
+    dist.all_reduce(value, op=dist.ReduceOp.SUM)
+    return value / env.world_size
+
+
+def cleanup(env: DistEnv) -> None:
+    """Leave the process group."""
+    if env.distributed and dist.is_initialized():
+        dist.destroy_process_group()
