@@ -1,0 +1,74 @@
+"""Training curves: every scalar goes to a JSONL file and to TensorBoard.
+
+    with MetricsLogger(run_dir) as log:
+        log.log(step, loss=0.7, kl=0.01)      # runs/<...>/metrics.jsonl + TensorBoard events
+
+``tensorboard --logdir runs`` shows the curves; ``metrics.jsonl`` (one JSON object per line,
+``{"step": 3, "loss": 0.7, ...}``) is for scripts and plots. Lines are flushed as written,
+so a killed run keeps everything logged so far; a resumed run appends.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Optional, Union
+
+import torch
+
+
+class MetricsLogger:
+    """Append scalars to ``<run_dir>/metrics.jsonl`` and, unless disabled, TensorBoard."""
+
+    def __init__(self, run_dir: Union[str, Path], tensorboard: bool = True, enabled: bool = True):
+        self.run_dir = Path(run_dir)
+        self.enabled = enabled  # False on non-main processes of a distributed run
+        self.path = self.run_dir / "metrics.jsonl"
+        self._file = None
+        self._writer = None
+        if not enabled:
+            return
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._file = open(self.path, "a", encoding="utf-8")
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError as err:  # pragma: no cover - depends on the environment
+                raise ImportError(
+                    "TensorBoard logging needs the `tensorboard` package: `pip install tensorboard`, "
+                    "or pass tensorboard=False"
+                ) from err
+            self._writer = SummaryWriter(str(self.run_dir))
+
+    def log(self, step: int, **scalars: Union[float, torch.Tensor]) -> None:
+        """Record ``scalars`` at ``step``; tensors are converted with ``.item()``."""
+        if not self.enabled:
+            return
+        values = {k: float(v.item() if isinstance(v, torch.Tensor) else v) for k, v in scalars.items()}
+        record = {"step": int(step), **{k: (v if math.isfinite(v) else str(v)) for k, v in values.items()}}
+        self._file.write(json.dumps(record) + "\n")
+        self._file.flush()
+        if self._writer is not None:
+            for name, value in values.items():
+                self._writer.add_scalar(name, value, step)
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+    def __enter__(self) -> "MetricsLogger":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def read_metrics(path: Union[str, Path], name: Optional[str] = None) -> list[dict]:
+    """The records of a ``metrics.jsonl`` file (only those holding ``name`` if given)."""
+    with open(path, encoding="utf-8") as f:
+        records = [json.loads(line) for line in f if line.strip()]
+    return [r for r in records if name is None or name in r]
