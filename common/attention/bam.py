@@ -250,38 +250,34 @@ class _MeanKL(torch.autograd.Function):
     ``pi = softmax(prior_logits)``, with a hand-written backward through both softmaxes.
 
     ``prior_logits`` may be smaller than ``scores`` and broadcast against them (one prior
-    per key for all queries). Masked entries are set to 0 before the closed forms, so they stay finite and get
-    exactly zero gradient; fully masked rows contribute nothing.
+    per key for all queries). Masked entries (``log p = -inf``) give inf or NaN inside the
+    closed forms; :meth:`groups.mean` and ``zero_masked`` select them away, so the value is
+    finite and their gradient exactly zero. Fully masked rows contribute nothing.
     """
 
     @staticmethod
     def forward(ctx, scores: Tensor, prior_logits: Optional[Tensor], kernel, groups) -> Tensor:
-        raw_logp, raw_log_pi, log_pi = groups.log_softmax(scores), None, None
-        if prior_logits is not None:
-            raw_log_pi = groups.log_softmax(prior_logits)
-            log_pi = groups.fill(raw_log_pi, 0.0)
-        logp = groups.fill(raw_logp, 0.0)
-        ctx.save_for_backward(raw_logp, raw_log_pi)
+        logp = groups.log_softmax(scores)
+        log_pi = None if prior_logits is None else groups.log_softmax(prior_logits)
+        ctx.save_for_backward(logp, log_pi)
         ctx.kernel, ctx.groups = kernel, groups
         return groups.mean(kernel.value(logp, log_pi)) + kernel.const
 
     @staticmethod
     def backward(ctx, grad: Tensor):
-        raw_logp, raw_log_pi = ctx.saved_tensors
-        groups, kernel = ctx.groups, ctx.kernel
-        logp = groups.fill(raw_logp, 0.0)
-        log_pi = None if raw_log_pi is None else groups.fill(raw_log_pi, 0.0)
-        d_logp, d_log_pi = kernel.grads(logp, log_pi, ctx.needs_input_grad[1])
-        scale = grad / groups.count(raw_logp)
-        d_logp = groups.zero_masked(d_logp) * scale
-        d_scores = _log_softmax_backward(d_logp, raw_logp, groups)
+        logp, log_pi = ctx.saved_tensors
+        groups = ctx.groups
+        d_logp, d_log_pi = ctx.kernel.grads(logp, log_pi, ctx.needs_input_grad[1])
+        scale = grad / groups.count(logp)
+        d_scores = _log_softmax_backward(groups.zero_masked(d_logp) * scale, logp, groups)
         if d_log_pi is None:
             return d_scores, None, None, None
-        d_log_pi = groups.zero_masked(d_log_pi).sum_to_size(raw_log_pi.shape) * scale
-        return d_scores, _log_softmax_backward(d_log_pi, raw_log_pi, groups), None, None
+        d_log_pi = groups.zero_masked(d_log_pi).sum_to_size(log_pi.shape) * scale
+        return d_scores, _log_softmax_backward(d_log_pi, log_pi, groups), None, None
 
 
 def _log_softmax_backward(grad: Tensor, log_weights: Tensor, groups) -> Tensor:
-    """Chain rule through ``log_softmax``: ``grad - softmax * sum_group(grad)``."""
-    weights = groups.zero_masked(log_weights.exp())
-    return grad - weights * groups.expand(groups.sum(grad))
+    """Chain rule through ``log_softmax``: ``grad - softmax * sum_group(grad)`` (``grad`` is
+    zero on masked entries; NaN weights of fully masked rows are selected away)."""
+    out = grad - log_weights.exp() * groups.expand(groups.sum(grad))
+    return groups.zero_masked(out) if groups.empty_rows else out

@@ -37,10 +37,18 @@ class DenseGroups:
                 "convert an additive -inf mask with `mask = additive_mask == 0`"
             )
         self.mask = mask
+        self._empty_rows: Optional[bool] = None
+
+    @property
+    def empty_rows(self) -> bool:
+        """Whether some query has no key at all (its weights must be all zeros, not NaN)."""
+        if self._empty_rows is None:
+            self._empty_rows = self.mask is not None and not bool(self.mask.any(-1).all())
+        return self._empty_rows
 
     def fill(self, x: Tensor, value: float) -> Tensor:
-        """``x`` with masked entries replaced by ``value``."""
-        return x if self.mask is None else x.masked_fill(~self.mask, value)
+        """``x`` with masked entries replaced by ``value`` (one pass, autograd-safe)."""
+        return x if self.mask is None else torch.where(self.mask, x, x.new_tensor(value))
 
     def zero_masked(self, x: Tensor) -> Tensor:
         return self.fill(x, 0.0)
@@ -63,8 +71,9 @@ class DenseGroups:
     def softmax(self, x: Tensor) -> Tensor:
         if self.mask is None:
             return torch.softmax(x, dim=-1)
-        # A fully masked row gives NaN inside softmax; the second fill makes it exact zeros.
-        return self.zero_masked(torch.softmax(self.fill(x, float("-inf")), dim=-1))
+        weights = torch.softmax(self.fill(x, float("-inf")), dim=-1)
+        # Masked keys get exp(-inf) = 0 exactly; a fully masked row is NaN and becomes zeros.
+        return self.zero_masked(weights) if self.empty_rows else weights
 
     def log_softmax(self, x: Tensor) -> Tensor:
         """Log-weights; masked entries are ``-inf`` (NaN on fully masked rows): use with :meth:`mean`."""
@@ -133,6 +142,7 @@ class EdgeGroups:
     """Groups are the edges sharing a target node: scores ``[num_edges, heads]``."""
 
     head_dim = -1  # scores are [num_edges, heads]
+    empty_rows = False  # a node without incoming edges is simply not a group
 
     def __init__(self, index: Tensor, num_nodes: Optional[int] = None):
         if index.dim() != 1 or index.dtype not in (torch.long, torch.int):
