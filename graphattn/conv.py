@@ -52,6 +52,11 @@ def sparse_linear(x: Tensor, weight: Tensor) -> Tensor:
                            per_sample_weights=x.values(), include_last_offset=True)
 
 
+def _apply_linear(lin: Linear, x: Tensor) -> Tensor:
+    """A bias-free ``lin(x)`` for a dense or sparse CSR ``x``."""
+    return sparse_linear(x, lin.weight) if x.layout == torch.sparse_csr else lin(x)
+
+
 class GATConv(MessagePassing):
     """Drop-in replacement for ``torch_geometric.nn.GATConv`` with ``attention=<variant>``.
 
@@ -136,9 +141,8 @@ class GATConv(MessagePassing):
         zeros(self.bias)
 
     def _project(self, lin: Linear, x: Tensor) -> Tensor:
-        if x.layout == torch.sparse_csr:
-            return sparse_linear(x, lin.weight).view(-1, self.heads, self.out_channels)
-        return lin(x).view(-1, self.heads, self.out_channels)
+        """``lin(x)`` as ``[N, heads, out_channels]``."""
+        return _apply_linear(lin, x).view(-1, self.heads, self.out_channels)
 
     def forward(
         self,
@@ -154,7 +158,7 @@ class GATConv(MessagePassing):
             if x.dim() != 2:
                 raise ValueError(f"node features must be [num_nodes, channels], got shape {tuple(x.shape)}")
             if self.res is not None:
-                res = self.res(x)
+                res = _apply_linear(self.res, x)
             if self.lin is not None:
                 x_src = x_dst = self._project(self.lin, x)
             else:
@@ -162,7 +166,7 @@ class GATConv(MessagePassing):
         else:
             x_src, x_dst = x
             if x_dst is not None and self.res is not None:
-                res = self.res(x_dst)
+                res = _apply_linear(self.res, x_dst)
             lin_src = self.lin if self.lin is not None else self.lin_src
             lin_dst = self.lin if self.lin is not None else self.lin_dst
             x_src = self._project(lin_src, x_src)

@@ -150,7 +150,7 @@ def test_sparse_csr_features_match_dense_features():
     torch.manual_seed(0)
     x = torch.rand(12, 6) * (torch.rand(12, 6) < 0.3)
     x[3] = 0  # a node without features
-    conv = GATConv(6, 4, heads=2)
+    conv = GATConv(6, 4, heads=2, residual=True)
     edge_index = random_graph()
     dense_out = conv(x, edge_index)
     dense_out.sum().backward()
