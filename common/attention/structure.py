@@ -32,6 +32,11 @@ class LayerDropList(nn.ModuleList):
     def extra_repr(self) -> str:
         return f"p={self.p}"
 
+    def __getitem__(self, idx):
+        if isinstance(idx, slice):  # ModuleList would rebuild the class without p
+            return LayerDropList(list(self._modules.values())[idx], p=self.p)
+        return super().__getitem__(idx)
+
     def __iter__(self) -> Iterator[nn.Module]:
         layers = list(super().__iter__())
         if not (self.training and self.p > 0):

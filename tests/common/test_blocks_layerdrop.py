@@ -59,6 +59,7 @@ def test_prune_removes_exactly_the_chosen_layers():
     assert isinstance(pruned, LayerDropList) and pruned.p == 0.2
     assert run(pruned.eval()) == [0, 2, 4]
     assert pruned[1] is layers[2]
+    assert isinstance(layers[1:3], LayerDropList) and layers[1:3].p == 0.2
     assert run(prune_layers(nn.ModuleList(AddIndex(i) for i in range(6)), [1, 5])) == [1, 5]
     for bad in ([], [2, 2], [3, 1], [0, 6]):
         with pytest.raises(ValueError):

@@ -172,7 +172,7 @@ class Attend(nn.Module):
         _check_mask(mask)
         if prev_logits is not None and self.cross_layer is None:
             raise ValueError("prev_logits was given but no cross-layer operator is configured "
-                             "(set cross_layer={'kind': 'predictive' | 'evolving', ...}) ; it would be ignored")
+                             "(set cross_layer={'kind': 'predictive' | 'evolving', ...}), so it would be ignored")
         if causal and not self.decoder and (self.convoluted is not None or
                                             (self.cross_layer is not None and not self.first_layer)):
             raise ValueError("causal attention with map convolutions needs Attend(..., decoder=True) so that "

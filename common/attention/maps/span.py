@@ -9,7 +9,7 @@ exactly, keys at distance ``>= z S + R`` get exactly zero. The penalty
 ``loss_coef * S * mean(z)`` goes to the active :func:`~common.attention.aux_losses`
 collector as ``"adaptive_span"``; call :func:`clamp_spans` after every optimiser step.
 
-What "distance" means (``distance=`` of :class:`~common.attention.blocks.Attend`):
+What "distance" means (``SpanConfig.distance`` of :class:`~common.attention.blocks.Attend`):
 
 * ``"position"``: ``|p_i - p_j|`` for 1-d positions (token index by default, so this is the
   paper's ``t - r`` for causal attention and its symmetric form for bidirectional
