@@ -101,7 +101,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                                                 "(default log(classes)/2)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the Monte Carlo sampling")
     parser.add_argument("--out", type=Path, help="write the report JSON here")
+    parser.add_argument("--threads", type=int, help="torch threads (default: torch's; 1 on a busy shared CPU)")
     args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     try:
         paths = checkpoints_in(args.checkpoint)
         reports, data_cache = [], {}
