@@ -127,7 +127,8 @@ def load_planetoid(name: str, data_root: Optional[str] = None, download: bool = 
     root = default_data_root(data_root) / "planetoid"
     dataset_dir = root / name
     raw_dir = dataset_dir / "raw"
-    if raw_dir.is_dir():
+    downloading = not raw_dir.is_dir()
+    if not downloading:
         check_raw_files(raw_dir, name)
     elif not download:
         raise PlanetoidDataError(f"no Planetoid {name} under {raw_dir}; download the raw files from "
@@ -143,6 +144,8 @@ def load_planetoid(name: str, data_root: Optional[str] = None, download: bool = 
             f"could not download Planetoid {name} into {raw_dir} ({err}); copy the raw files "
             f"from github.com/kimiyoung/planetoid (data/) there by hand"
         ) from err
+    if downloading:
+        check_raw_files(raw_dir, name)
     data = NormalizeFeatures()(dataset[0])
     data.num_classes = dataset.num_classes
     return data
