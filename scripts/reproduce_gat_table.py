@@ -22,10 +22,10 @@ from typing import Dict, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common.utils import atomic_write_json, atomic_write_text, environment  # noqa: E402
+from common.utils import atomic_write_json, atomic_write_text, default_data_root, environment  # noqa: E402
 from graphattn import train  # noqa: E402
 from graphattn.config import load_config  # noqa: E402
-from graphattn.data import PlanetoidDataError  # noqa: E402
+from graphattn.data import PlanetoidDataError, check_raw_files  # noqa: E402
 
 DATASETS = ("Cora", "CiteSeer", "PubMed")
 VARIANTS = ("softmax", "bam-lf", "bam-lc", "bam-wf", "bam-wc")
@@ -114,6 +114,12 @@ def main(argv=None) -> int:
 
     columns = args.table_datasets or args.datasets
     results = collect(args.out, columns, args.variants)
+    for dataset in columns:
+        if dataset not in results and dataset not in missing:
+            try:
+                check_raw_files(default_data_root(args.data_root) / "planetoid" / dataset / "raw", dataset)
+            except PlanetoidDataError as err:
+                missing[dataset] = str(err).splitlines()[1].strip()
     for dataset, reason in missing.items():
         file = reason.split()[1].rstrip(":") if reason.startswith("missing") else "raw files"
         for variant in args.variants:
