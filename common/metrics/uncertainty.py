@@ -88,7 +88,6 @@ def expected_calibration_error(probs: Tensor, targets: Tensor, num_bins: int = 1
     confidence, predicted = probs.double().max(-1)
     correct = (predicted == targets).double()
     bins = torch.clamp((confidence * num_bins).ceil().long() - 1, 0, num_bins - 1)
-    count = torch.zeros(num_bins, dtype=torch.double).index_add_(0, bins, torch.ones_like(confidence))
     conf_sum = torch.zeros(num_bins, dtype=torch.double).index_add_(0, bins, confidence)
     acc_sum = torch.zeros(num_bins, dtype=torch.double).index_add_(0, bins, correct)
     return float((conf_sum - acc_sum).abs().sum().item() / max(probs.shape[0], 1))
