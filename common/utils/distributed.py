@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Optional
 
 import torch
@@ -45,11 +46,14 @@ class DistEnv:
         return self.rank == 0
 
 
-def init_distributed(backend: Optional[str] = None, device: Optional[str] = None) -> DistEnv:
+def init_distributed(
+    backend: Optional[str] = None, device: Optional[str] = None, timeout_s: float = 1800.0
+) -> DistEnv:
     """Join the process group described by torchrun's environment variables, if any.
 
     Without ``WORLD_SIZE`` (or with 1) this is a single process and nothing is initialised.
-    The backend defaults to NCCL on CUDA and gloo on CPU.
+    The backend defaults to NCCL on CUDA and gloo on CPU; a collective that waits longer
+    than ``timeout_s`` raises instead of hanging.
     """
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
@@ -64,7 +68,10 @@ def init_distributed(backend: Optional[str] = None, device: Optional[str] = None
                 f"WORLD_SIZE={world_size} but {', '.join(missing)} is not set: launch with "
                 "`torchrun --nproc_per_node N ...`, which sets them"
             )
-        dist.init_process_group(backend or ("nccl" if use_cuda else "gloo"), rank=rank, world_size=world_size)
+        dist.init_process_group(
+            backend or ("nccl" if use_cuda else "gloo"), rank=rank, world_size=world_size,
+            timeout=timedelta(seconds=timeout_s),
+        )
     if str(device).startswith("cuda"):
         torch.cuda.set_device(torch.device(device))
     return DistEnv(rank, world_size, local_rank, torch.device(device))
@@ -95,6 +102,11 @@ def all_reduce_mean(value: torch.Tensor, env: DistEnv) -> torch.Tensor:
 
 
 def cleanup(env: DistEnv) -> None:
-    """Leave the process group."""
+    """Leave the process group once every process has arrived.
+
+    Delete DistributedDataParallel models before calling this: tearing gloo down while a
+    peer is still working, or destroying a DDP model after its group, can hang.
+    """
     if env.distributed and dist.is_initialized():
+        dist.barrier()
         dist.destroy_process_group()
