@@ -21,6 +21,8 @@ import torch
 from scipy import stats
 from torch import Tensor
 
+from .reliability import reliability_bins
+
 
 def _check(samples: Tensor, targets: Tensor) -> None:
     if samples.dim() != 3:
@@ -83,11 +85,4 @@ def pavpu_entropy(logits: Tensor, targets: Tensor, threshold: float) -> float:
 def expected_calibration_error(probs: Tensor, targets: Tensor, num_bins: int = 15) -> float:
     r"""ECE (Guo et al. 2017): :math:`\sum_b \frac{|B_b|}{N} |\mathrm{acc}(B_b) - \mathrm{conf}(B_b)|`
     over ``num_bins`` equal-width confidence bins; ``probs`` is ``[N, C]``."""
-    if probs.dim() != 2 or targets.shape != probs.shape[:1]:
-        raise ValueError(f"probs must be [N, C] and targets [N], got {tuple(probs.shape)} and {tuple(targets.shape)}")
-    confidence, predicted = probs.double().max(-1)
-    correct = (predicted == targets).double()
-    bins = torch.clamp((confidence * num_bins).ceil().long() - 1, 0, num_bins - 1)
-    conf_sum = torch.zeros(num_bins, dtype=torch.double).index_add_(0, bins, confidence)
-    acc_sum = torch.zeros(num_bins, dtype=torch.double).index_add_(0, bins, correct)
-    return float((conf_sum - acc_sum).abs().sum().item() / max(probs.shape[0], 1))
+    return reliability_bins(probs, targets, num_bins).ece
