@@ -8,7 +8,14 @@ Graph attention (Velickovic et al., ICLR 2018, Eqs. 1-4), per head :math:`h`:
     \qquad
     \alpha_{i\cdot} = \mathrm{normalize}\big(e_{i\cdot}\big)\ \text{over}\ j \in \mathcal{N}(i) \cup \{i\},
     \qquad
-    \mathbf{x}'_i = \sum_j \mathrm{dropout}(\alpha_{ij})\, \Theta_s \mathbf{x}_j .
+    \mathbf{x}'_i = \sum_j \mathrm{dropout}(\alpha_{ij})\, \mathrm{dropout_v}(\Theta_s \mathbf{x}_j) .
+
+``dropout_v`` (``value_dropout``, off by default as in PyG) is the dropout that the original GAT
+code (PetarV-/GAT, ``utils/layers.py: attn_head``/``sp_attn_head``: ``seq_fts =
+tf.nn.dropout(seq_fts, 1.0 - in_drop)`` before ``vals = coefs @ seq_fts``) also applies, with
+its input dropout rate 0.6, to the projected features being aggregated: one mask per node and
+head, drawn after the attention scores (and BAM's contextual-prior keys) are computed from the
+undropped features. ``torch_geometric.nn.GATConv`` has no such dropout.
 
 ``normalize`` is any :mod:`common.attention` variant: ``softmax`` is the GAT of the paper (and
 of ``torch_geometric.nn.GATConv``, weight for weight); the BAM variants (Fan et al., NeurIPS
@@ -67,6 +74,9 @@ class GATConv(MessagePassing):
     sparse CSR matrix (see :func:`sparse_linear`).
 
     Args:
+        value_dropout: dropout probability of the projected source features (the values summed
+            with weights ``alpha_ij``), as in the original GAT code (see the module docstring).
+            ``0`` (default) is PyG's layer; the paper's model uses the input dropout, ``0.6``.
         attention: a :func:`common.attention.available` name: ``softmax`` (default),
             ``bam-wf``, ``bam-wc``, ``bam-lf``, ``bam-lc``, ``entmax``, ``entmax15``, ``sparsemax``.
         **kwargs: ``aggr``/``flow``/``decomposed_layers`` go to ``MessagePassing``; everything
@@ -88,6 +98,7 @@ class GATConv(MessagePassing):
         bias: bool = True,
         residual: bool = False,
         attention: str = "softmax",
+        value_dropout: float = 0.0,
         **kwargs,
     ):
         mp_kwargs = {key: kwargs.pop(key) for key in MESSAGE_PASSING_KWARGS if key in kwargs}
@@ -97,6 +108,9 @@ class GATConv(MessagePassing):
         self.concat, self.negative_slope, self.dropout = concat, negative_slope, dropout
         self.add_self_loops, self.edge_dim, self.fill_value = add_self_loops, edge_dim, fill_value
         self.residual, self.attention = residual, attention
+        if not 0.0 <= value_dropout <= 1.0:
+            raise ValueError(f"value_dropout must be in [0, 1], got {value_dropout}")
+        self.value_dropout = value_dropout
 
         self.lin = self.lin_src = self.lin_dst = None
         if isinstance(in_channels, int):
@@ -128,6 +142,7 @@ class GATConv(MessagePassing):
         self.needs_keys = getattr(self.normalizer, "prior_net", None) is not None
         # A module (not F.dropout) so that common.attention.mc_sampling(dropout=True) sees it.
         self.attention_dropout = Dropout(dropout)
+        self.value_dropout_layer = Dropout(value_dropout)
         self.reset_parameters()
 
     def reset_parameters(self):
@@ -193,7 +208,9 @@ class GATConv(MessagePassing):
 
         alpha = self.edge_updater(edge_index, alpha=(alpha_src, alpha_dst), edge_attr=edge_attr,
                                   keys=x_src, size=size)
-        out = self.propagate(edge_index, x=(x_src, x_dst), alpha=alpha, size=size)
+        # Per node and head (not per edge), after the scores and keys used the undropped x_src.
+        values = self.value_dropout_layer(x_src)
+        out = self.propagate(edge_index, x=(values, x_dst), alpha=alpha, size=size)
         out = out.view(-1, self.heads * self.out_channels) if self.concat else out.mean(dim=1)
         if res is not None:
             out = out + res
@@ -231,5 +248,6 @@ class GATConv(MessagePassing):
 
     def __repr__(self) -> str:
         return (f"{self.__class__.__name__}({self.in_channels}, {self.out_channels}, "
-                f"heads={self.heads}, attention={self.attention!r})")
+                f"heads={self.heads}, attention={self.attention!r}"
+                + (f", value_dropout={self.value_dropout}" if self.value_dropout else "") + ")")
 

@@ -16,6 +16,8 @@ class GAT(nn.Module):
 
     The paper's transductive model: 8 heads x 8 hidden units, ELU, one output head (8, averaged,
     on PubMed), dropout 0.6 on both layers' inputs and on the normalised attention coefficients.
+    ``value_dropout`` also drops each layer's projected features before aggregation, as the
+    original GAT code does (see :class:`graphattn.GATConv`; 0 = PyG's layers).
     ``attention``/``attention_options`` choose the normalizer of both layers (see
     :class:`graphattn.GATConv`). ``x`` may be dense or a sparse CSR matrix.
     """
@@ -29,6 +31,7 @@ class GAT(nn.Module):
         out_heads: int = 1,
         dropout: float = 0.6,
         negative_slope: float = 0.2,
+        value_dropout: float = 0.0,
         attention: str = "softmax",
         attention_options: Optional[Mapping[str, Any]] = None,
     ):
@@ -36,10 +39,12 @@ class GAT(nn.Module):
         options = dict(attention_options or {})
         self.input_dropout = SparseDropout(dropout)
         self.conv1 = GATConv(in_channels, hidden_channels, heads=heads, concat=True, dropout=dropout,
-                             negative_slope=negative_slope, attention=attention, **options)
+                             negative_slope=negative_slope, value_dropout=value_dropout,
+                             attention=attention, **options)
         self.hidden_dropout = Dropout(dropout)
         self.conv2 = GATConv(hidden_channels * heads, out_channels, heads=out_heads, concat=False,
-                             dropout=dropout, negative_slope=negative_slope, attention=attention, **options)
+                             dropout=dropout, negative_slope=negative_slope, value_dropout=value_dropout,
+                             attention=attention, **options)
 
     def forward(self, x: Tensor, edge_index: Adj) -> Tensor:
         x = F.elu(self.conv1(self.input_dropout(x), edge_index))

@@ -173,3 +173,44 @@ def test_sparse_dropout_drops_stored_values_only_with_inverted_scaling():
     assert 0.3 < kept.sum() / (x != 0).sum() < 0.5
     drop.eval()
     assert torch.equal(drop(sparse(x)).to_dense(), x)
+
+
+@pytest.mark.parametrize("name", ["softmax", "bam-wc"])
+def test_value_dropout_is_inactive_in_eval_and_drops_values_only_in_training(name):
+    """``value_dropout`` (original GAT code: dropout of ``seq_fts``) leaves eval mode, the layer's
+    parameters and the attention coefficients alone, and changes training-mode outputs."""
+    torch.manual_seed(0)
+    plain = GATConv(6, 4, heads=2, attention=name)
+    dropped = GATConv(6, 4, heads=2, attention=name, value_dropout=0.6)
+    dropped.load_state_dict(plain.state_dict())
+    assert "value_dropout=0.6" in repr(dropped)
+    x, edge_index = torch.randn(12, 6), random_graph()
+    plain.eval(), dropped.eval()
+    torch.testing.assert_close(dropped(x, edge_index), plain(x, edge_index))
+    if name == "softmax":  # ... and then it is still PyG's layer
+        theirs = pyg_nn.GATConv(6, 4, heads=2)
+        theirs.load_state_dict(plain.state_dict())
+        theirs.eval()
+        torch.testing.assert_close(dropped(x, edge_index), theirs(x, edge_index))
+
+    plain.train(), dropped.train()
+    torch.manual_seed(1)
+    out_plain, (_, att_plain) = plain(x, edge_index, return_attention_weights=True)
+    torch.manual_seed(1)  # same BAM noise: the first draw of both layers is the attention's
+    out_dropped, (_, att_dropped) = dropped(x, edge_index, return_attention_weights=True)
+    torch.testing.assert_close(att_dropped, att_plain)
+    assert not torch.allclose(out_dropped, out_plain)
+    # Per node and head: a node whose values are all dropped contributes nothing, the kept
+    # ones are scaled by 1 / (1 - p), so the training output averages to the eval output.
+    with torch.no_grad():
+        mean = torch.stack([dropped(x, edge_index) for _ in range(3000)]).mean(0)
+    if name == "softmax":
+        torch.testing.assert_close(mean, plain(x, edge_index), atol=0.1, rtol=0.1)
+    with pytest.raises(ValueError, match="value_dropout"):
+        GATConv(6, 4, value_dropout=1.5)
+
+
+def test_gat_model_passes_value_dropout_to_both_layers():
+    model = GAT(6, 3, value_dropout=0.6)
+    assert model.conv1.value_dropout == model.conv2.value_dropout == 0.6
+    assert GAT(6, 3).conv1.value_dropout == 0.0
