@@ -9,15 +9,19 @@ best so far; the weights are snapshotted when *both* are (``val_acc >= best_acc 
 val_loss <= best_loss``, the original rule). Training stops after ``patience`` epochs
 without improvement and the snapshot is restored for testing.
 
-Each seed writes ``<out_dir>/seed<k>.pt`` (best weights, config, metrics) and
-``seed<k>.jsonl`` (per-epoch metrics), atomically; a rerun with the same config reuses the
-seeds already done, so an interrupted grid resumes. ``<out_dir>/results.json`` holds per-seed
-and mean +- std (sample std, ddof=1) test accuracy, the config and the library versions.
+Each seed writes ``<out_dir>/seed<k>.pt`` (best weights, config, metrics; atomically) and,
+through :class:`common.utils.MetricsLogger`, its per-epoch curves to ``<out_dir>/seed<k>/``:
+``metrics.jsonl`` (one line per epoch: ``step`` = epoch, ``train/loss`` = CE + weighted KL,
+``train/ce``, ``train/acc`` (training mode, with dropout and BAM sampling), ``train/kl`` (the
+unweighted KL sum over layers), ``train/kl_weight``, ``val/loss``, ``val/acc``) and TensorBoard
+events (``tensorboard --logdir <out_dir>``). A rerun with the same config reuses the seeds
+already done, so an interrupted grid resumes; the curves of an unfinished seed are restarted.
+``<out_dir>/results.json`` holds per-seed and mean +- std (sample std, ddof=1) test accuracy,
+the config and the library versions.
 """
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import time
@@ -33,7 +37,7 @@ from torch_geometric.data import Data
 from tqdm.auto import tqdm
 
 from common import attention
-from common.utils import atomic_save, atomic_write_json, atomic_write_text, results_record, seed_everything
+from common.utils import MetricsLogger, atomic_save, atomic_write_json, results_record, seed_everything
 
 from .config import load_config, to_dict
 from .data import PlanetoidDataError, load_planetoid
@@ -69,8 +73,13 @@ def evaluate_split(model: GAT, x, edge_index, y, mask) -> Dict[str, float]:
             "acc": float((logits.argmax(-1) == y[mask]).float().mean())}
 
 
-def train_seed(cfg: DictConfig, data: Data, seed: int, progress: bool = True) -> Dict:
-    """Train one model from ``seed`` with early stopping; returns its checkpoint dict."""
+def train_seed(cfg: DictConfig, data: Data, seed: int, progress: bool = True,
+               logger: Optional[MetricsLogger] = None) -> Dict:
+    """Train one model from ``seed`` with early stopping; returns its checkpoint dict.
+
+    ``logger`` (if given) receives the per-epoch metrics, which the checkpoint's ``history``
+    also holds.
+    """
     seed_everything(seed, deterministic=cfg.train.deterministic)
     x, edge_index, y = prepare_features(data, cfg), data.edge_index, data.y
     model = build_model(cfg, data.num_features, data.num_classes)
@@ -92,13 +101,19 @@ def train_seed(cfg: DictConfig, data: Data, seed: int, progress: bool = True) ->
         else:  # no collector: the BAM layers skip the KL entirely
             logits = model(x, edge_index)
             kl_weight, kl = 0.0, torch.zeros(())
-        ce = F.cross_entropy(logits[data.train_mask], y[data.train_mask])
-        (ce + kl_weight * kl).backward()
+        train_logits = logits[data.train_mask]
+        ce = F.cross_entropy(train_logits, y[data.train_mask])
+        loss = ce + kl_weight * kl
+        loss.backward()
         optimizer.step()
 
         val = evaluate_split(model, x, edge_index, y, data.val_mask)
-        history.append({"epoch": epoch, "train_ce": ce.item(), "kl": kl.item(), "kl_weight": kl_weight,
-                        "val_loss": val["loss"], "val_acc": val["acc"]})
+        row = {"train/loss": loss.item(), "train/ce": ce.item(),
+               "train/acc": (train_logits.argmax(-1) == y[data.train_mask]).float().mean().item(),
+               "train/kl": kl.item(), "train/kl_weight": kl_weight, "val/loss": val["loss"], "val/acc": val["acc"]}
+        history.append({"epoch": epoch, **row})
+        if logger is not None:
+            logger.log(epoch, **row)
         if val["acc"] >= best_acc or val["loss"] <= best_loss:
             if val["acc"] >= best_acc and val["loss"] <= best_loss:
                 snapshot_acc, best_epoch = val["acc"], epoch
@@ -150,10 +165,11 @@ def run(cfg: DictConfig, progress: bool = True, data: Optional[Data] = None) -> 
                                  f"(out_dir=...) or delete it to retrain")
             per_seed.append(done["metrics"])
             continue
-        checkpoint = train_seed(cfg, data, seed, progress)
+        log_dir = out_dir / f"seed{seed}"
+        _clear_curves(log_dir)  # an interrupted earlier attempt at this seed
+        with MetricsLogger(log_dir) as logger:
+            checkpoint = train_seed(cfg, data, seed, progress, logger)
         atomic_save(checkpoint, path)
-        atomic_write_text(out_dir / f"seed{seed}.jsonl",
-                          "".join(json.dumps(row) + "\n" for row in checkpoint["history"]))
         per_seed.append(checkpoint["metrics"])
     results = results_record(
         config,
@@ -168,6 +184,13 @@ def run(cfg: DictConfig, progress: bool = True, data: Optional[Data] = None) -> 
     )
     atomic_write_json(out_dir / "results.json", results)
     return results
+
+
+def _clear_curves(log_dir: Path) -> None:
+    """Remove the metrics a :class:`MetricsLogger` left in ``log_dir`` (it appends otherwise)."""
+    if log_dir.is_dir():
+        for file in [log_dir / "metrics.jsonl", *log_dir.glob("events.out.tfevents.*")]:
+            file.unlink(missing_ok=True)
 
 
 def _comparable(config: Dict) -> Dict:

@@ -4,6 +4,7 @@ import json
 import pytest
 import torch
 
+from common.utils import read_metrics
 from graphattn import evaluate, train
 from graphattn.config import load_config
 
@@ -37,8 +38,8 @@ def test_short_bam_training_beats_chance_and_evaluates(attn_data_root, tmp_path,
     assert results["test_acc"]["mean"] > 65
     assert results["config"]["attention"]["name"] == "bam-wc" and results["config"]["kl"]["weight"] == 0.1
     assert results["environment"]["packages"]["torch"] == torch.__version__
-    history = [json.loads(line) for line in (out / "seed0.jsonl").read_text().splitlines()]
-    assert history[-1]["kl"] > 0 and len(history) == results["epochs"][0]
+    history = read_metrics(out / "seed0" / "metrics.jsonl")
+    assert history[-1]["train/kl"] > 0 and len(history) == results["epochs"][0]
 
     # Resuming reuses the finished seeds instead of retraining them.
     stamps = [(out / f"seed{s}.pt").stat().st_mtime_ns for s in (0, 1)]
@@ -55,3 +56,33 @@ def test_short_bam_training_beats_chance_and_evaluates(attn_data_root, tmp_path,
         assert entry["test"]["acc"] == pytest.approx(entry["stored_test_acc"])
         assert 0 <= entry["mc"]["pavpu_ttest"] <= 1 and 0 <= entry["mc"]["ece"] <= 1
     assert evaluated["summary"]["mc_acc"]["mean"] > 60
+
+
+@pytest.mark.realdata
+def test_short_cora_run_logs_curves_to_jsonl_and_tensorboard(attn_data_root, tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    out = tmp_path / "run"
+    args = ["--dataset", "Cora", "--attention", "bam-wc", "--seeds", "1", "--data-root", str(attn_data_root),
+            "--out", str(out), "--no-progress", "train.max_epochs=5", "kl.weight=0.1",
+            "model.value_dropout=0.6", "train.num_threads=1"]
+    # Leftovers of an interrupted attempt at the seed are replaced, not appended to.
+    (out / "seed0").mkdir(parents=True)
+    (out / "seed0" / "metrics.jsonl").write_text('{"step": 99, "val/acc": 0.0}\n')
+    assert train.main(args) == 0
+    records = read_metrics(out / "seed0" / "metrics.jsonl")
+    keys = {"train/loss", "train/ce", "train/acc", "train/kl", "train/kl_weight", "val/loss", "val/acc"}
+    assert [r["step"] for r in records] == list(range(5)) and all(keys <= set(r) for r in records)
+    for r in records:
+        assert r["train/loss"] == pytest.approx(r["train/ce"] + 0.1 * r["train/kl"], rel=1e-5)
+        assert 0 <= r["train/acc"] <= 1 and 0 <= r["val/acc"] <= 1
+    checkpoint = torch.load(out / "seed0.pt", weights_only=False)
+    assert [row["val/acc"] for row in checkpoint["history"]] == [r["val/acc"] for r in records]
+    assert checkpoint["config"]["model"]["value_dropout"] == 0.6
+
+    events = EventAccumulator(str(out / "seed0"))
+    events.Reload()
+    assert keys <= set(events.Tags()["scalars"])
+    val_acc = events.Scalars("val/acc")
+    assert [e.step for e in val_acc] == list(range(5))
+    assert [e.value for e in val_acc] == pytest.approx([r["val/acc"] for r in records])
