@@ -109,8 +109,12 @@ def main(argv=None) -> int:
                     missing[dataset] = str(err).splitlines()[1].strip()
                     print(f"{dataset}: skipped, {missing[dataset]}", file=sys.stderr)
                     break
+                except ValueError as err:  # e.g. checkpoints of another config in --out
+                    print(f"error: {dataset} {variant}: {err}", file=sys.stderr)
+                    return 2
                 acc = result["test_acc"]
-                print(f"{dataset} {variant}: {acc['mean']:.2f} ± {acc['std']:.2f}", flush=True)
+                print(f"{dataset} {variant}: {acc['mean']:.2f} ± {acc['std']:.2f} "
+                      f"({result['wall_seconds_this_run']:.0f} s)", flush=True)
 
     columns = args.table_datasets or args.datasets
     results = collect(args.out, columns, args.variants)
@@ -128,6 +132,8 @@ def main(argv=None) -> int:
     atomic_write_text(args.out / "table.md", table)
     atomic_write_json(args.out / "table.json", {
         "ours": {d: {v: (r["test_acc"] if "test_acc" in r else r) for v, r in per.items()} for d, per in results.items()},
+        "wall_seconds": {d: {v: r["wall_seconds_this_run"] for v, r in per.items() if "wall_seconds_this_run" in r}
+                         for d, per in results.items()},
         "paper": PAPER, "environment": environment()})
     print(table)
     return 0
