@@ -28,8 +28,6 @@ from torch_geometric.utils import scatter
 class DenseGroups:
     """Groups are the last dimension of ``[..., queries, keys]`` scores."""
 
-    head_dim = -3  # scores are [..., heads, queries, keys]
-
     def __init__(self, mask: Optional[Tensor] = None):
         if mask is not None and mask.dtype != torch.bool:
             raise TypeError(
@@ -38,6 +36,7 @@ class DenseGroups:
             )
         self.mask = mask
         self._empty_rows: Optional[bool] = None
+        self._counts: dict[torch.Size, int] = {}
 
     @property
     def empty_rows(self) -> bool:
@@ -81,7 +80,11 @@ class DenseGroups:
 
     def count(self, like: Tensor) -> int:
         """Number of real entries in a tensor shaped like ``like``."""
-        return like.numel() if self.mask is None else max(int(self.mask.expand(like.shape).sum()), 1)
+        if self.mask is None:
+            return like.numel()
+        if like.shape not in self._counts:  # asked by the KL forward and again by its backward
+            self._counts[like.shape] = max(int(self.mask.expand(like.shape).sum()), 1)
+        return self._counts[like.shape]
 
     def mean(self, x: Tensor) -> Tensor:
         """Mean of ``x`` over real (unmasked) entries only."""
@@ -141,7 +144,6 @@ class _EdgeLogSoftmax(torch.autograd.Function):
 class EdgeGroups:
     """Groups are the edges sharing a target node: scores ``[num_edges, heads]``."""
 
-    head_dim = -1  # scores are [num_edges, heads]
     empty_rows = False  # a node without incoming edges is simply not a group
 
     def __init__(self, index: Tensor, num_nodes: Optional[int] = None):
