@@ -19,9 +19,10 @@ import torch
 from . import layout
 
 PathLike = Union[str, os.PathLike]
-#: Raw-data chunk cache per dataset. Random access never re-reads a chunk soon, so a
-#: small cache only avoids copying through it (see ``benchmarks/features.py``).
-CHUNK_CACHE_BYTES = 1 << 20
+#: Elements converted to float32 per torch call: below torch's intra-op grain (32768), so
+#: the copy runs on the calling thread. Waking a thread pool for every image made reads
+#: 4x slower on a loaded 2-core machine (``benchmarks/features.py``).
+CONVERT_BLOCK = 16384
 
 
 class RegionFeatureError(ValueError):
@@ -89,6 +90,18 @@ def check_layout(file: h5py.File, path: Path) -> int:
     return dim
 
 
+def _to_float32(array: np.ndarray) -> torch.Tensor:
+    """``array`` [N, D] as a float32 tensor, converted in blocks of at most ``CONVERT_BLOCK`` elements."""
+    source = torch.from_numpy(array)
+    if source.dtype == torch.float32:
+        return source
+    out = torch.empty(source.shape, dtype=torch.float32)
+    rows = max(1, CONVERT_BLOCK // max(1, source.shape[1]))
+    for start in range(0, source.shape[0], rows):
+        out[start:start + rows].copy_(source[start:start + rows])
+    return out
+
+
 class RegionFeatureStore:
     """Random access to the region features of many images in one HDF5 file.
 
@@ -120,6 +133,7 @@ class RegionFeatureStore:
                                      f"rebuild it with scripts/convert_features.py")
         self._file = None
         self._pid = None
+        self._open = None
 
     def __len__(self) -> int:
         return len(self._ids)
@@ -138,16 +152,16 @@ class RegionFeatureStore:
     def __getitem__(self, image_id: int) -> RegionFeatures:
         row = self._lookup(image_id)
         start, stop = int(self._first[row]), int(self._first[row] + self._count[row])
-        file = self._handle()
+        features_data, boxes_data = self._datasets()
         try:
-            features = file[layout.FEATURES][start:stop]
-            boxes = file[layout.BOXES][start:stop]
+            features = features_data[start:stop]
+            boxes = boxes_data[start:stop]
         except OSError as err:
             raise RegionFeatureError(f"{self.path}: the features of image id {int(image_id)} cannot be read "
                                      f"({err}); the file is corrupt; rebuild it with "
                                      f"scripts/convert_features.py") from err
         height, width = (int(v) for v in self._size[row])
-        return RegionFeatures(image_id=int(image_id), features=torch.from_numpy(features.astype(np.float32)),
+        return RegionFeatures(image_id=int(image_id), features=_to_float32(features),
                               boxes=torch.from_numpy(boxes.astype(np.float32, copy=False)),
                               image_size=(height, width))
 
@@ -159,17 +173,19 @@ class RegionFeatureStore:
                                     f"({len(self)} images stored); convert or extract the features of "
                                     f"that image into this file") from None
 
-    def _handle(self) -> h5py.File:
-        """The open file of this process (reopened after a fork: HDF5 handles are not fork-safe)."""
+    def _datasets(self) -> Tuple[h5py.Dataset, h5py.Dataset]:
+        """This process's open features and boxes (reopened after a fork: HDF5 handles are not fork-safe)."""
         if self._file is None or self._pid != os.getpid():
-            self._file = open_hdf5(self.path, "r", rdcc_nbytes=CHUNK_CACHE_BYTES)
+            self._file = open_hdf5(self.path, "r")
             self._pid = os.getpid()
-        return self._file
+            self._open = (self._file[layout.FEATURES], self._file[layout.BOXES])
+        return self._open
 
     def close(self) -> None:
         if self._file is not None and self._pid == os.getpid():
             self._file.close()
         self._file = None
+        self._open = None
 
     def __enter__(self) -> "RegionFeatureStore":
         return self
@@ -179,7 +195,7 @@ class RegionFeatureStore:
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
-        state["_file"], state["_pid"] = None, None
+        state["_file"], state["_pid"], state["_open"] = None, None, None
         return state
 
     def __repr__(self) -> str:
