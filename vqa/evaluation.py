@@ -1,0 +1,123 @@
+"""The official VQA accuracy and the official results (submission) format.
+
+For one question with ten human answers, the official evaluation (``vqaEval.py``) scores a
+predicted answer ``a`` as the mean over the ten leave-one-out subsets of nine annotators:
+
+    acc(a) = 1/10 * sum_i min(#{j != i : answer_j == a} / 3, 1)
+
+after normalising ``a`` with :func:`vqa.answers.normalize_answer`. The human answers get only
+:func:`vqa.answers.process_punctuation`, and only when they are not all identical (as in the
+official code). Overall, per-answer-type and per-question-type accuracies are means of
+``acc`` in percent, rounded to ``digits`` decimals like the official ``n=2``.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, Iterable, Mapping, Optional, Sequence, Union
+
+from common.utils import atomic_write_json
+
+from .answers import normalize_answer, process_punctuation
+
+Predictions = Union[Mapping[int, str], Iterable[Mapping]]
+
+
+def question_accuracy(prediction: str, human_answers: Sequence[str]) -> float:
+    """Official accuracy (in [0, 1]) of ``prediction`` against one question's human answers."""
+    if not human_answers:
+        raise ValueError("a question needs at least one human answer to be scored")
+    predicted = normalize_answer(prediction)
+    humans = list(human_answers)
+    if len(set(humans)) > 1:
+        humans = [process_punctuation(a) for a in humans]
+    matches = [h == predicted for h in humans]
+    total = sum(matches)
+    return sum(min(1.0, (total - m) / 3) for m in matches) / len(humans)
+
+
+@dataclass
+class VQAAccuracy:
+    """Accuracies in percent: ``overall``, ``per_answer_type``, ``per_question_type``, and
+    ``per_question`` (question id -> accuracy)."""
+
+    overall: float
+    per_answer_type: Dict[str, float] = field(default_factory=dict)
+    per_question_type: Dict[str, float] = field(default_factory=dict)
+    per_question: Dict[int, float] = field(default_factory=dict)
+
+    def summary(self) -> Dict:
+        """Overall and per answer type, JSON-ready (for results files)."""
+        return {"overall": self.overall, "per_answer_type": dict(self.per_answer_type),
+                "per_question_type": dict(self.per_question_type)}
+
+
+def _as_mapping(predictions: Predictions) -> Dict[int, str]:
+    if isinstance(predictions, Mapping):
+        return {int(k): str(v) for k, v in predictions.items()}
+    out: Dict[int, str] = {}
+    for i, item in enumerate(predictions):
+        try:
+            out[int(item["question_id"])] = str(item["answer"])
+        except (KeyError, TypeError, ValueError):
+            raise ValueError(f"prediction #{i} must be {{'question_id': int, 'answer': str}}, got {item!r}") from None
+    return out
+
+
+def vqa_accuracy(annotations: Sequence[Mapping], predictions: Predictions, digits: Optional[int] = 2) -> VQAAccuracy:
+    """Official accuracy of ``predictions`` (``{question_id: answer}`` or the official results
+    list) on ``annotations`` (entries of an official annotations file).
+
+    As the official ``loadRes``, the predictions must answer exactly the annotated questions.
+    """
+    predicted = _as_mapping(predictions)
+    annotated = {int(a["question_id"]) for a in annotations}
+    missing, extra = annotated - set(predicted), set(predicted) - annotated
+    if missing or extra:
+        raise ValueError(f"the predictions do not match the annotated questions: {len(missing)} question ids "
+                         f"without a prediction (e.g. {sorted(missing)[:3]}) and {len(extra)} not annotated "
+                         f"(e.g. {sorted(extra)[:3]}); predict every question of the split")
+    per_question: Dict[int, float] = {}
+    by_answer_type: Dict[str, list] = {}
+    by_question_type: Dict[str, list] = {}
+    for ann in annotations:
+        qid = int(ann["question_id"])
+        acc = question_accuracy(predicted[qid], [a["answer"] for a in ann["answers"]])
+        per_question[qid] = acc
+        by_answer_type.setdefault(ann["answer_type"], []).append(acc)
+        by_question_type.setdefault(ann["question_type"], []).append(acc)
+
+    def pct(values: Sequence[float]) -> float:
+        value = 100.0 * sum(values) / len(values)
+        return round(value, digits) if digits is not None else value
+
+    return VQAAccuracy(
+        overall=pct(list(per_question.values())) if per_question else 0.0,
+        per_answer_type={k: pct(v) for k, v in sorted(by_answer_type.items())},
+        per_question_type={k: pct(v) for k, v in sorted(by_question_type.items())},
+        per_question={q: (round(100 * a, digits) if digits is not None else 100 * a) for q, a in per_question.items()},
+    )
+
+
+def write_submission(path: Union[str, Path], predictions: Predictions) -> Path:
+    """The official results file: ``[{"question_id": int, "answer": str}, ...]`` (atomic write)."""
+    rows = [{"question_id": q, "answer": a} for q, a in sorted(_as_mapping(predictions).items())]
+    return atomic_write_json(path, rows, indent=0)
+
+
+def load_submission(path: Union[str, Path]) -> Dict[int, str]:
+    """A results file in the official format as ``{question_id: answer}``."""
+    path = Path(path)
+    try:
+        rows = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"results file {path} does not exist") from None
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path} is not valid JSON ({err})") from None
+    if not isinstance(rows, list):
+        raise ValueError(f"{path}: the official results format is a list of {{question_id, answer}}")
+    try:
+        return _as_mapping(rows)
+    except ValueError as err:
+        raise ValueError(f"{path}: {err}") from None
