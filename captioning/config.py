@@ -1,0 +1,41 @@
+"""Configs (``captioning/configs/att2in.yaml`` + user YAML + ``key=value``), data paths and model building."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional, Sequence
+
+from omegaconf import DictConfig, OmegaConf
+
+from common.text import Vocabulary
+from common.utils import default_data_root
+from common.utils.config import layer_configs, packaged_config, to_dict
+
+from .models import Att2in, Att2inConfig
+
+__all__ = ["build_model", "data_path", "load_config", "run_dir", "to_dict"]
+
+
+def load_config(attention: Optional[str] = None, overrides: Sequence[str] = (),
+                config_file: Optional[str] = None) -> DictConfig:
+    """The packaged config with ``config_file`` and ``overrides`` merged over it (unknown keys are
+    errors, except among ``attention.options``)."""
+    overrides = list(overrides) + ([f"attention.name={attention}"] if attention else [])
+    return layer_configs(packaged_config("captioning", "att2in.yaml"), config_file, overrides,
+                         open_keys=("attention.options",), defaults_name="captioning/configs/att2in.yaml")
+
+
+def data_path(cfg: DictConfig, relative: str) -> Path:
+    """``relative`` (a ``data.*`` entry) under the data root, unless it is absolute."""
+    path = Path(relative).expanduser()
+    return path if path.is_absolute() else default_data_root(cfg.data_root) / path
+
+
+def run_dir(cfg: DictConfig) -> Path:
+    return Path(cfg.out_dir) if cfg.out_dir else Path("runs") / "captioning" / cfg.attention.name
+
+
+def build_model(cfg: DictConfig, vocab: Vocabulary, feature_dim: int) -> Att2in:
+    """The Att2in of ``cfg.model`` / ``cfg.attention`` for ``vocab`` and ``feature_dim``-d regions."""
+    model_cfg = Att2inConfig(vocab_size=len(vocab), feature_dim=feature_dim, attention=cfg.attention.name,
+                             attention_options=OmegaConf.to_container(cfg.attention.options), **cfg.model)
+    return Att2in(model_cfg, bos=vocab.bos, pad=vocab.pad)

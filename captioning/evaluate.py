@@ -1,0 +1,121 @@
+"""Caption a Karpathy split with a trained Att2in and score it with pycocoevalcap.
+
+    python -m captioning.evaluate runs/captioning/softmax [--split test] [--beam-size 5]
+
+Loads ``best.pt`` of a ``captioning.train`` run (or the checkpoint given), decodes every image
+of the split (beam search, self-critical's evaluation setting: beam 5, at most 16 words),
+and writes beside the checkpoint ``captions_<split>.json`` (the COCO results format,
+``[{"image_id", "caption"}]``) and ``results_<split>.json`` (BLEU-1..4, METEOR, ROUGE-L,
+CIDEr, SPICE when installed, with the config and library versions).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Optional, Sequence
+
+import torch
+from omegaconf import OmegaConf
+from torch.utils.data import DataLoader
+from tqdm.auto import tqdm
+
+from common.features import RegionFeatureError, RegionFeatureStore
+from common.text import Vocabulary
+from common.utils import atomic_write_json, results_record
+
+from .config import build_model, data_path
+from .data import CaptionCorpus, CaptionDataset, collate
+from .metrics import METRICS, coco_results, score_captions
+from .models import Att2in
+from .prepare import CaptionDataError
+
+
+def caption_images(model: Att2in, dataset: CaptionDataset, vocab: Vocabulary, beam_size: int = 1,
+                   max_length: int = 16, batch_size: int = 50, progress: bool = True) -> dict[int, str]:
+    """``{image_id: caption}`` for every image of ``dataset`` (model in eval mode: BAM's posterior mean)."""
+    model.eval()
+    loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=collate)
+    captions = {}
+    for batch in tqdm(loader, desc=f"decoding (beam {beam_size})", leave=False, disable=None if progress else True):
+        tokens = model.generate(batch["features"], batch["mask"], vocab.eos, max_length, beam_size)
+        for image_id, row in zip(batch["image_ids"].tolist(), tokens.tolist()):
+            captions[image_id] = " ".join(vocab.decode(row))
+    return captions
+
+
+def load_checkpoint(path: Path) -> tuple[Att2in, dict, Vocabulary]:
+    """Model, checkpoint dict and vocabulary of a ``best.pt`` written by ``captioning.train``."""
+    if path.is_dir():
+        path = path / "best.pt"
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint {path} does not exist; pass a `python -m captioning.train` output "
+                                f"directory or its best.pt")
+    checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+    vocab = Vocabulary(**checkpoint["vocab"])
+    model = build_model(OmegaConf.create(checkpoint["config"]), vocab, checkpoint["feature_dim"])
+    model.load_state_dict(checkpoint["model"])
+    return model, checkpoint, vocab
+
+
+def evaluate_checkpoint(path: Path, split: str = "test", beam_size: int = 5, max_length: int = 16,
+                        data_root: Optional[str] = None, max_images: Optional[int] = None,
+                        metrics: Sequence[str] = METRICS, batch_size: int = 50, progress: bool = True) -> dict:
+    """Decode and score ``split``; writes ``captions_<split>.json`` and ``results_<split>.json``."""
+    model, checkpoint, vocab = load_checkpoint(path)
+    cfg = OmegaConf.create(checkpoint["config"])
+    if data_root is not None:
+        cfg.data_root = data_root
+    corpus = CaptionCorpus(data_path(cfg, cfg.data.prepared))
+    if corpus.vocab != vocab:
+        raise CaptionDataError(f"{corpus.dir / 'vocab.json'} differs from the vocabulary the checkpoint was trained "
+                               f"with; evaluate with the prepared directory used in training")
+    images = corpus.split(split, max_images)
+    store = RegionFeatureStore(data_path(cfg, cfg.data.features))
+    dataset = CaptionDataset(images, store, vocab, corpus.max_length, with_captions=False)
+    start = time.perf_counter()
+    captions = caption_images(model, dataset, vocab, beam_size, max_length, batch_size, progress)
+    decode_seconds = time.perf_counter() - start
+    scores = score_captions(captions, corpus.references(images), metrics)
+    out_dir = (path if path.is_dir() else path.parent)
+    atomic_write_json(out_dir / f"captions_{split}.json", coco_results(captions))
+    results = results_record(checkpoint["config"], checkpoint=str(path), split=split, images=len(images),
+                             beam_size=beam_size, max_length=max_length, scores=scores,
+                             decode_seconds=decode_seconds, images_per_second=len(images) / decode_seconds)
+    atomic_write_json(out_dir / f"results_{split}.json", results)
+    return results
+
+
+def format_scores(scores: dict) -> str:
+    return " ".join(f"{name} {100 * value:.1f}" for name, value in scores.items() if isinstance(value, float))
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m captioning.evaluate", description=__doc__.split("\n")[0])
+    parser.add_argument("checkpoint", type=Path, help="a captioning.train output directory or its best.pt")
+    parser.add_argument("--split", default="test", help="test (default), val, train or restval")
+    parser.add_argument("--beam-size", type=int, default=5, help="1 = greedy (default 5)")
+    parser.add_argument("--max-length", type=int, default=16, help="generated words at most (default 16)")
+    parser.add_argument("--max-images", type=int, help="only the first N images of the split")
+    parser.add_argument("--metrics", nargs="+", default=list(METRICS), choices=METRICS)
+    parser.add_argument("--data-root", help="data directory (default: the one used in training)")
+    parser.add_argument("--threads", type=int, help="torch threads (default: torch's)")
+    parser.add_argument("--no-progress", action="store_true")
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    try:
+        results = evaluate_checkpoint(args.checkpoint, args.split, args.beam_size, args.max_length, args.data_root,
+                                      args.max_images, args.metrics, progress=not args.no_progress)
+    except (FileNotFoundError, CaptionDataError, RegionFeatureError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"{args.split} ({results['images']} images, beam {args.beam_size}): {format_scores(results['scores'])}")
+    for name, reason in results["scores"].get("skipped", {}).items():
+        print(f"note: {reason}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,195 @@
+"""Train Att2in with cross-entropy and scheduled sampling; keep the checkpoint with the best val CIDEr.
+
+    python -m captioning.train --attention bam-wc [--data-root DIR] [key=value ...]
+
+Recipe of self-critical.pytorch's ``configs/a2i2.yml`` (see ``captioning/configs/att2in.yaml``).
+The loss is the mean negative log-likelihood of every caption word and ``<eos>``, plus, for
+BAM, ``kl.weight * f(iteration)`` times the KL averaged over decoding steps (BAM Eq. 4).
+
+Outputs in ``<out_dir>`` (default ``runs/captioning/<attention>``): ``checkpoints/step_<epoch>.pt``
+after every epoch (model, optimiser, RNG; an interrupted run resumes from the last one),
+``best.pt`` (best val CIDEr: weights, config, vocabulary), ``metrics.jsonl`` + TensorBoard
+events (``train/loss``, ``train/nll``, ``train/kl``, ``lr``, ``ss_prob`` and ``val/*`` per epoch),
+and ``results.json`` (best epoch and its val scores, per-epoch history, config, versions).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from contextlib import nullcontext
+import time
+from typing import Optional, Sequence
+
+import torch
+from omegaconf import DictConfig
+from torch import Tensor
+from torch.utils.data import DataLoader
+from tqdm.auto import tqdm
+
+from common import attention
+from common.features import RegionFeatureError, RegionFeatureStore
+from common.utils import Checkpointer, MetricsLogger, atomic_save, atomic_write_json, results_record, seed_everything
+
+from .config import build_model, data_path, load_config, run_dir, to_dict
+from .data import CaptionCorpus, CaptionDataset, collate
+from .evaluate import caption_images, format_scores
+from .metrics import score_captions
+from .prepare import CaptionDataError
+
+
+def caption_nll(log_probs: Tensor, captions: Tensor, pad: int) -> Tensor:
+    """Mean ``-log p(w_t | w_<t)`` over the real target words (``captions[..., 1:]`` that are not pad)."""
+    targets = captions.reshape(-1, captions.shape[-1])[:, 1:]
+    real = targets != pad
+    picked = log_probs[real].gather(1, targets[real].unsqueeze(1))  # padded rows (-inf at pad) never touched
+    return -picked.mean()
+
+
+def learning_rate(cfg: DictConfig, epoch: int) -> float:
+    """``lr * decay_rate ** ((epoch - decay_start) // decay_every)`` once ``epoch > decay_start``
+    (self-critical's ``learning_rate_decay_*``; a negative start turns decay off)."""
+    o = cfg.optim
+    if o.decay_start < 0 or epoch <= o.decay_start:
+        return o.lr
+    return o.lr * o.decay_rate ** ((epoch - o.decay_start) // o.decay_every)
+
+
+def ss_probability(cfg: DictConfig, epoch: int) -> float:
+    s = cfg.scheduled_sampling
+    if s.start < 0 or epoch <= s.start:
+        return 0.0
+    return min(s.increase_prob * ((epoch - s.start) // s.increase_every), s.max_prob)
+
+
+def kl_schedule(cfg: DictConfig) -> attention.KLSchedule:
+    return attention.KLSchedule(weight=cfg.kl.weight, kind=cfg.kl.schedule, warmup=cfg.kl.warmup,
+                                rate=cfg.kl.rate, offset=cfg.kl.offset)
+
+
+def validate(cfg: DictConfig, model, dataset: CaptionDataset, corpus: CaptionCorpus, progress: bool) -> dict:
+    captions = caption_images(model, dataset, corpus.vocab, cfg.eval.beam_size, cfg.eval.max_length,
+                              cfg.eval.batch_size, progress)
+    return score_captions(captions, corpus.references(dataset.images), list(cfg.eval.metrics))
+
+
+def run(cfg: DictConfig, progress: bool = True) -> dict:
+    """Train (resuming from the last epoch checkpoint of ``out_dir``) and write ``results.json``."""
+    if cfg.train.num_threads:
+        torch.set_num_threads(cfg.train.num_threads)
+    if "cider" not in cfg.eval.metrics:
+        raise ValueError("eval.metrics must include cider: the best checkpoint is chosen by val CIDEr")
+    out_dir = run_dir(cfg)
+    corpus = CaptionCorpus(data_path(cfg, cfg.data.prepared))
+    store = RegionFeatureStore(data_path(cfg, cfg.data.features))
+    vocab = corpus.vocab
+    train_set = CaptionDataset(corpus.split("train"), store, vocab, corpus.max_length, cfg.train.seq_per_img)
+    val_set = CaptionDataset(corpus.split(cfg.eval.split, cfg.eval.max_images), store, vocab, corpus.max_length,
+                             with_captions=False)
+
+    seed_everything(cfg.seed, deterministic=cfg.train.deterministic)
+    model = build_model(cfg, vocab, store.feature_dim)
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay)
+    checkpointer = Checkpointer(out_dir, keep=2)
+    config = to_dict(cfg)
+    state = checkpointer.load_latest(model, optimizer)
+    if state is not None and _comparable(state["extra"]["config"]) != _comparable(config):
+        raise ValueError(f"{out_dir} holds a run with a different config; choose another out_dir=... or delete it")
+    extra = state["extra"] if state is not None else {"config": config, "best": None, "history": [], "iteration": 0}
+    start_epoch = 0 if state is None else state["step"] + 1
+    schedule = kl_schedule(cfg)
+    generator = torch.Generator().manual_seed(cfg.seed)
+    loader = DataLoader(train_set, batch_size=cfg.train.batch_size, shuffle=True, collate_fn=collate,
+                        num_workers=cfg.train.num_workers, generator=generator,
+                        persistent_workers=cfg.train.num_workers > 0)
+    start = time.perf_counter()
+    with MetricsLogger(out_dir) as logger:
+        for epoch in range(start_epoch, cfg.train.epochs):
+            generator.manual_seed(cfg.seed * 1_000_003 + epoch)  # the same shuffles whether resumed or not
+            lr, ss_prob = learning_rate(cfg, epoch), ss_probability(cfg, epoch)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            sums = train_epoch(cfg, model, optimizer, loader, schedule, extra, ss_prob, vocab.pad,
+                               desc=f"epoch {epoch}", progress=progress)
+            row = {"epoch": epoch, "lr": lr, "ss_prob": ss_prob, **sums}
+            last = epoch == cfg.train.epochs - 1
+            if last or (cfg.eval.every > 0 and (epoch + 1) % cfg.eval.every == 0):
+                scores = validate(cfg, model, val_set, corpus, progress)
+                row.update({f"val/{k}": v for k, v in scores.items() if isinstance(v, float)})
+                if extra["best"] is None or scores["CIDEr"] > extra["best"]["scores"]["CIDEr"]:
+                    extra["best"] = {"epoch": epoch, "scores": scores}
+                    atomic_save({"model": model.state_dict(), "config": config, "feature_dim": store.feature_dim,
+                                 "vocab": {"tokens": vocab.tokens[len(vocab.specials):],
+                                           "specials": list(vocab.specials)},
+                                 "epoch": epoch, "scores": scores}, out_dir / "best.pt")
+            logger.log(epoch, **{k: v for k, v in row.items() if k != "epoch"})
+            extra["history"].append(row)
+            checkpointer.save(epoch, model, optimizer, extra=extra)
+            if progress and "val/CIDEr" in row:
+                tqdm.write(f"epoch {epoch}: nll {row['train/nll']:.3f} val {format_scores(scores)}")
+    results = results_record(config, attention=cfg.attention.name, best_epoch=extra["best"]["epoch"],
+                             val=extra["best"]["scores"], history=extra["history"], epochs=cfg.train.epochs,
+                             wall_seconds_this_run=time.perf_counter() - start, checkpoint=str(out_dir / "best.pt"))
+    atomic_write_json(out_dir / "results.json", results)
+    return results
+
+
+def train_epoch(cfg: DictConfig, model, optimizer, loader: DataLoader, schedule: attention.KLSchedule, extra: dict,
+                ss_prob: float, pad: int, desc: str, progress: bool) -> dict:
+    """One pass over ``loader``; returns the epoch's mean loss, NLL and KL."""
+    model.train()
+    totals = {"train/loss": 0.0, "train/nll": 0.0, "train/kl": 0.0}
+    batches = 0
+    collect_kl = cfg.kl.weight > 0
+    for batch in tqdm(loader, desc=desc, leave=False, disable=None if progress else True, mininterval=1.0):
+        optimizer.zero_grad(set_to_none=True)
+        with attention.aux_losses() if collect_kl else nullcontext() as aux:
+            log_probs = model(batch["features"], batch["mask"], batch["captions"], ss_prob)
+        nll = caption_nll(log_probs, batch["captions"], pad)
+        steps = log_probs.shape[1]
+        kl = aux.total() / steps if aux is not None else torch.zeros(())
+        loss = nll + schedule(extra["iteration"]) * kl
+        loss.backward()
+        torch.nn.utils.clip_grad_value_(model.parameters(), cfg.optim.grad_clip_value)
+        optimizer.step()
+        extra["iteration"] += 1
+        batches += 1
+        for key, value in (("train/loss", loss.detach()), ("train/nll", nll.detach()), ("train/kl", kl.detach())):
+            totals[key] += value.item()
+    return {key: value / max(batches, 1) for key, value in totals.items()}
+
+
+def _comparable(config: dict) -> dict:
+    """The parts of a config that change what is trained (not paths, threads, workers or epochs)."""
+    kept = {k: v for k, v in config.items() if k not in ("data_root", "out_dir", "eval")}
+    kept["train"] = {k: v for k, v in kept["train"].items() if k not in ("num_threads", "num_workers", "epochs")}
+    return kept
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m captioning.train", description=__doc__.split("\n")[0],
+                                     epilog="Any config key can be set as key=value, e.g. optim.lr=2e-4 "
+                                            "train.epochs=10 (see captioning/configs/att2in.yaml).")
+    parser.add_argument("--attention", help="attention variant: " + ", ".join(attention.available()))
+    parser.add_argument("--data-root", help="data directory (default: $ATTN_DATA_ROOT, else the user cache)")
+    parser.add_argument("--out", help="output directory (default runs/captioning/<attention>)")
+    parser.add_argument("--config", help="a YAML file merged over the packaged config")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    parser.add_argument("overrides", nargs="*", metavar="key=value")
+    args = parser.parse_args(argv)
+    overrides = list(args.overrides)
+    for key, value in (("data_root", args.data_root), ("out_dir", args.out)):
+        if value is not None:
+            overrides.append(f"{key}={value}")
+    try:
+        cfg = load_config(args.attention, overrides, args.config)
+        results = run(cfg, progress=not args.no_progress)
+    except (CaptionDataError, RegionFeatureError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"{results['attention']}: best val (epoch {results['best_epoch']}) {format_scores(results['val'])} "
+          f"-> {run_dir(cfg) / 'results.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
