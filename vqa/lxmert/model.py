@@ -1,0 +1,126 @@
+"""The VQA model: ``transformers.LxmertForQuestionAnswering`` with adapted attention.
+
+The answer head is LXMERT's own (``Linear(h, 2h) -> GeLU -> LayerNorm -> Linear(2h, A)`` on the
+pooled output), over the ``A`` answers of the answer vocabulary (3,129 for VQA v2). Training
+uses binary cross-entropy on the soft scores, times ``A`` as in the LXMERT code (:func:`vqa_loss`).
+
+A pretrained checkpoint in the Hugging Face format (``config.json`` + weights, as written by
+``save_pretrained``) loads from a local directory, from an ``LxmertModel`` or from the
+``LxmertForPreTraining`` checkpoint (``unc-nlp/lxmert-base-uncased``): every backbone weight
+is used; only the pre-training heads (``cls.*``, ``obj_predict_head.*``) are left out, and the
+answer head's last layer is new whenever the checkpoint's answer count differs.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Tuple, Union
+
+import torch
+import torch.nn.functional as F
+import transformers
+from torch import Tensor
+from transformers import LxmertConfig, LxmertForQuestionAnswering
+
+from .adapt import Adaptation, adapt_lxmert, adaptive_attention
+
+PRETRAINING_HEADS = ("cls.", "obj_predict_head.")
+DOWNLOAD_HINT = ("download a Hugging Face LXMERT checkpoint into it, e.g. "
+                 "`huggingface-cli download unc-nlp/lxmert-base-uncased --local-dir <dir>`")
+
+
+class PretrainedError(ValueError):
+    """A pretrained directory that is missing or cannot be used."""
+
+
+@dataclass
+class LoadReport:
+    """How a pretrained checkpoint mapped onto the model."""
+
+    checkpoint: str
+    loaded: int                                                  # tensors taken from the checkpoint
+    unused: List[str] = field(default_factory=list)              # pre-training heads only
+    initialised: List[str] = field(default_factory=list)         # answer-head tensors that are new
+
+
+def vqa_loss(logits: Tensor, target: Tensor) -> Tensor:
+    """``A * mean BCE(sigmoid(logits), target)``: the sum over answers, averaged over the batch."""
+    return F.binary_cross_entropy_with_logits(logits, target) * logits.shape[-1]
+
+
+def build_vqa_model(config: LxmertConfig, num_answers: int, adaptation: Adaptation) -> LxmertForQuestionAnswering:
+    """A randomly initialised adapted model (to restore a fine-tuned checkpoint into, or to count FLOPs)."""
+    config = LxmertConfig.from_dict({**config.to_dict(), "num_qa_labels": num_answers})
+    return adapt_lxmert(LxmertForQuestionAnswering(config), adaptation)
+
+
+def load_vqa_model(pretrained: Union[str, Path], num_answers: int,
+                   adaptation: Adaptation) -> Tuple[LxmertForQuestionAnswering, LoadReport]:
+    """Load ``pretrained`` (a local Hugging Face directory), resize the answer head, adapt the attention."""
+    path = Path(pretrained)
+    if not (path / "config.json").is_file():
+        raise PretrainedError(f"{path / 'config.json'} does not exist: model.pretrained must be a local "
+                              f"directory in the Hugging Face format; {DOWNLOAD_HINT}")
+    verbosity = transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity_error()  # we check and report the loading below
+    try:
+        model, info = LxmertForQuestionAnswering.from_pretrained(
+            path, num_qa_labels=num_answers, ignore_mismatched_sizes=True, output_loading_info=True)
+    except OSError as err:
+        raise PretrainedError(f"{path}: cannot load LXMERT weights ({err}); {DOWNLOAD_HINT}") from err
+    finally:
+        transformers.logging.set_verbosity(verbosity)
+    unused = sorted(info["unexpected_keys"])
+    stray = [k for k in unused if not k.startswith(PRETRAINING_HEADS)]
+    mismatched = sorted(key for key, *_ in info["mismatched_keys"])
+    initialised = sorted(set(info["missing_keys"]) | set(mismatched))
+    absent = [k for k in initialised if not k.startswith("answer_head.")]
+    if stray or absent:
+        raise PretrainedError(f"{path} is not an LXMERT checkpoint for this architecture: "
+                              f"{len(absent)} backbone weights missing (e.g. {absent[:3]}), "
+                              f"{len(stray)} unknown weights (e.g. {stray[:3]}); check config.json "
+                              f"(l_layers/x_layers/r_layers, hidden_size)")
+    loaded = len(model.state_dict()) - len(initialised)
+    return adapt_lxmert(model, adaptation), LoadReport(str(path), loaded, unused, initialised)
+
+
+_LABELS = (
+    (re.compile(r"^layer\.(\d+)\."), "language"),
+    (re.compile(r"^r_layers\.(\d+)\."), "vision"),
+    (re.compile(r"^x_layers\.(\d+)\.visual_attention"), "cross"),
+    (re.compile(r"^x_layers\.(\d+)\.lang_self_att"), "cross_language"),
+    (re.compile(r"^x_layers\.(\d+)\.visn_self_att"), "cross_vision"),
+)
+#: plot panel titles of each group (the paper's Figures 1 and 3)
+GROUP_TITLES = {
+    "language": "Language encoder",
+    "vision": "Vision encoder",
+    "cross": "Cross-modality: cross-attention (both directions)",
+    "cross_language": "Cross-modality: language self-attention",
+    "cross_vision": "Cross-modality: vision self-attention",
+}
+
+
+def attention_label(name: str) -> str:
+    """Short label ``<group>.<layer>`` of an encoder attention module, e.g. ``cross_vision.2``."""
+    for pattern, group in _LABELS:
+        match = pattern.search(name)
+        if match:
+            return f"{group}.{match.group(1)}"
+    raise ValueError(f"{name} is not an LXMERT encoder attention module")
+
+
+@torch.no_grad()
+def head_parameters(model: torch.nn.Module) -> Dict[str, float]:
+    """The learned per-head values to log: ``span/<label>/h<i>`` (``zS``) and ``alpha/<label>/h<i>``."""
+    values: Dict[str, float] = {}
+    for name, _, module in adaptive_attention(model):
+        label = attention_label(name)
+        span = module.attend.span
+        if span is not None:
+            values.update({f"span/{label}/h{i}": float(v) for i, v in enumerate(span.spans)})
+        alpha = getattr(module.attend.normalizer, "alpha", None)
+        if isinstance(alpha, Tensor) and alpha.dim() == 1:
+            values.update({f"alpha/{label}/h{i}": float(v) for i, v in enumerate(alpha)})
+    return values
