@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Iterable, Tuple, Union
+from typing import Dict, Iterable, Tuple, Union
 
 import numpy as np
 import torch
 
+from . import formats
 from .store import RegionFeatures
 from .writer import RegionFeatureWriter
 
@@ -45,3 +46,25 @@ def write_random_features(path: PathLike, image_ids: Iterable[int], num_regions:
             item = random_region_features(image_id, num_regions, feature_dim, seed, image_size)
             writer.add(item.image_id, item.features, item.boxes, *item.image_size)
     return Path(path)
+
+
+def write_format_fixtures(root: PathLike, image_ids: Iterable[int], num_regions: RegionCount = (10, 100),
+                          feature_dim: int = 2048, seed: int = 0, image_size: Tuple[int, int] = (480, 640),
+                          split: str = "val2014") -> Dict[str, Path]:
+    """The same synthetic regions in every input format ``scripts/convert_features.py`` reads,
+    laid out as their tools write them; returns the path of each:
+
+    - ``bottom-up-tsv``: ``root/bottom_up.tsv`` (Anderson's TSV)
+    - ``lxmert-tsv``: ``root/<split>_obj36.tsv`` (LXMERT)
+    - ``selfcritical-npz``: ``root/selfcritical/`` with ``cocobu_att``, ``cocobu_fc``,
+      ``cocobu_box`` and ``image_info.json``
+    - ``mcan-npz``: ``root/mcan/<split>/COCO_<split>_<id>.jpg.npz``
+    """
+    root = Path(root)
+    items = [random_region_features(i, num_regions, feature_dim, seed, image_size) for i in image_ids]
+    return {
+        "bottom-up-tsv": formats.bottom_up_tsv.write(root / "bottom_up.tsv", items),
+        "lxmert-tsv": formats.lxmert_tsv.write(root / f"{split}_obj36.tsv", items, prefix=f"COCO_{split}_", seed=seed),
+        "selfcritical-npz": formats.selfcritical_npz.write(root / "selfcritical", items),
+        "mcan-npz": formats.mcan_npz.write(root / "mcan" / split, items, split=split),
+    }

@@ -59,6 +59,10 @@ def open_hdf5(path: Path, mode: str, **kwargs) -> h5py.File:
         raise RegionFeatureError(f"{path}: no such region-feature file; create it with "
                                  f"scripts/convert_features.py or scripts/extract_features.py") from None
     except OSError as err:
+        if "already open" in str(err) or "lock file" in str(err):
+            raise RegionFeatureError(f"{path}: cannot open with mode {mode!r} ({err}); the file is open elsewhere "
+                                     f"(HDF5 allows no writer beside readers): close its RegionFeatureStore or "
+                                     f"writer first") from err
         raise RegionFeatureError(f"{path}: cannot open as HDF5 ({err}); the file is truncated, corrupt or "
                                  f"not HDF5; re-run scripts/convert_features.py to rebuild it") from err
 

@@ -58,6 +58,16 @@ def test_missing_image_names_file_and_id(tmp_path):
     assert isinstance(info.value, KeyError)
 
 
+def test_writing_a_file_that_is_being_read_is_a_clear_error(tmp_path):
+    path = write_random_features(tmp_path / "f.h5", [1], feature_dim=DIM)
+    with RegionFeatureStore(path) as store:
+        store[1]
+        with pytest.raises(RegionFeatureError, match=r"f\.h5: cannot open with mode 'a'.*close its RegionFeatureStore"):
+            RegionFeatureWriter(path, feature_dim=DIM).open()
+    with RegionFeatureWriter(path, feature_dim=DIM) as writer:  # closed: writable again
+        assert 1 in writer
+
+
 def test_missing_file_is_a_clear_error(tmp_path):
     with pytest.raises(RegionFeatureError, match=r"nope\.h5: no such region-feature file.*convert_features"):
         RegionFeatureStore(tmp_path / "nope.h5")
