@@ -1,0 +1,186 @@
+"""Evaluate a trained MCAN run: official accuracy on clean and noisy features, and Monte Carlo
+uncertainty (PAvPU, ECE, reliability plot).
+
+    python -m vqa.evaluate runs/vqa/mcan/bam-wc --noise-std 1.0 --mc-samples 20
+
+* Clean: the model in eval mode (BAM: the posterior mean, i.e. softmax); official accuracy,
+  overall / per answer type / per question type, and the predictions in the official results
+  format (``<split>_results.json``; for a test split, the file to submit).
+* ``--noise-std s``: the same with ``N(0, s^2)`` added to every real region feature (BAM Table 2
+  "noisy"; the noise is seeded, identical for every model).
+* ``--mc-samples S``: S forward passes with attention sampling on (and dropout, unless
+  ``--no-mc-dropout``; the BAM paper uses dropout alone for softmax and both for BAM). The
+  prediction is the argmax of the mean sigmoid score; it is "accurate" when it equals the
+  annotators' most frequent answer (``multiple_choice_answer``) and "uncertain" when the paired
+  t-test between the two top answers' scores over the S samples has p > ``--p-threshold``
+  (BAM App. C.2.1). PAvPU = (accurate & certain + inaccurate & uncertain) / N. ECE and the
+  reliability diagram use the mean score of the predicted answer as its confidence.
+
+The report goes to ``<run>/eval_<split>.json`` (or ``--out``), the plots beside it.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Dict, Optional, Sequence
+
+import torch
+from omegaconf import OmegaConf
+from torch.utils.data import DataLoader
+from tqdm.auto import tqdm
+
+from common import attention
+from common.metrics import plot_reliability, ttest_uncertain
+from common.text import Vocabulary
+from common.utils import Checkpointer, atomic_write_json, results_record, seed_everything
+
+from .answers import AnswerVocab, prep_answer
+from .data import QuestionEncoder, VQADataError, VQADataset
+from .evaluation import vqa_accuracy, write_submission
+from .train import add_feature_noise, answers_of, build_model, load_split, predict_logits, to_device
+
+
+def load_run(run_dir: Path, data_root: Optional[str] = None):
+    """The config, question vocabulary, answers and latest weights of a ``vqa.train`` run."""
+    config_path = run_dir / "config.json"
+    if not config_path.is_file():
+        raise FileNotFoundError(f"{config_path} does not exist; pass the output directory of python -m vqa.train")
+    cfg = OmegaConf.create(json.loads(config_path.read_text(encoding="utf-8")))
+    if data_root is not None:
+        cfg.data_root = data_root
+    vocab, answers = Vocabulary.load(run_dir / "question_vocab.json"), AnswerVocab.load(run_dir / "answers.json")
+    model = build_model(cfg, len(vocab), len(answers))
+    state = Checkpointer(run_dir).load_latest(model)
+    if state is None:
+        raise FileNotFoundError(f"{run_dir / 'checkpoints'} holds no checkpoint; train at least one epoch first")
+    return cfg, vocab, answers, model, state["step"]
+
+
+@torch.no_grad()
+def mc_uncertainty(model, loader: DataLoader, answers: AnswerVocab, annotations: Dict[int, dict], samples: int,
+                   dropout: bool, noise_std: float, seed: int, p_threshold: float, device: torch.device,
+                   progress: bool = True) -> Dict:
+    """Monte Carlo predictions, accuracy, PAvPU and the confidences for calibration (module doc)."""
+    if samples < 2:
+        raise ValueError("--mc-samples needs at least 2 samples for the t-test")
+    model.eval()
+    generator = torch.Generator().manual_seed(seed)
+    predictions: Dict[int, str] = {}
+    confidence, correct, uncertain = [], [], []
+    with attention.mc_sampling(model, dropout=dropout):
+        for batch in tqdm(loader, desc=f"MC x{samples}", leave=False, disable=None if progress else True,
+                          mininterval=2.0):
+            batch = to_device(batch, device)
+            features = add_feature_noise(batch["features"], batch["region_mask"], noise_std, generator)
+            scores = torch.stack([torch.sigmoid(model(batch["question_tokens"], batch["question_mask"], features,
+                                                      batch["region_mask"]).float()) for _ in range(samples)]).cpu()
+            mean = scores.mean(0)
+            top = mean.argmax(-1)
+            ids = batch["question_id"].tolist()
+            predictions.update(answers_of(ids, mean, answers))
+            labels = [answers.index(prep_answer(annotations[q]["multiple_choice_answer"])) for q in ids]
+            correct.append(torch.tensor([label == int(t) for label, t in zip(labels, top)]))
+            confidence.append(mean.gather(1, top.unsqueeze(1)).squeeze(1).double())
+            uncertain.append(ttest_uncertain(scores, p_threshold))
+    correct_t, uncertain_t, confidence_t = torch.cat(correct), torch.cat(uncertain), torch.cat(confidence)
+    pavpu = float(((correct_t & ~uncertain_t) | (~correct_t & uncertain_t)).double().mean())
+    return {"predictions": predictions, "pavpu": pavpu, "uncertain_fraction": float(uncertain_t.double().mean()),
+            "label_accuracy": float(correct_t.double().mean()), "confidence": confidence_t, "correct": correct_t}
+
+
+def confidence_view(confidence: torch.Tensor, correct: torch.Tensor):
+    """``(probs [N, 2], targets [N])`` whose top class has probability ``confidence`` and is right
+    exactly when ``correct``: the form ``common.metrics`` reliability functions take."""
+    probs = torch.stack([confidence, torch.zeros_like(confidence)], dim=1)
+    return probs, (~correct).long()
+
+
+def evaluate_run(run_dir: Path, split: Optional[str] = None, data_root: Optional[str] = None,
+                 noise_std: Sequence[float] = (), mc_samples: int = 0, mc_dropout: bool = True,
+                 p_threshold: float = 0.05, seed: int = 0, batch_size: Optional[int] = None,
+                 out: Optional[Path] = None, progress: bool = True) -> Dict:
+    """Evaluate the latest checkpoint of ``run_dir`` (see the module docstring); returns the report."""
+    cfg, vocab, answers, model, epoch = load_run(run_dir, data_root)
+    split = split or cfg.data.eval_split
+    questions, annotations, store = load_split(cfg, split)
+    dataset = VQADataset(questions, annotations, store, answers, QuestionEncoder(vocab, cfg.data.max_question_len),
+                         vocab.pad, cfg.data.max_regions)
+    loader = DataLoader(dataset, batch_size or cfg.train.eval_batch_size, collate_fn=dataset.collate)
+    out = out or run_dir / f"eval_{split}.json"
+    device = torch.device("cpu")
+    report: Dict = {"run": str(run_dir), "split": split, "epoch": epoch, "attention": cfg.attention.name,
+                    "conditions": {}}
+    by_question = {a["question_id"]: a for a in annotations} if annotations is not None else None
+    for std in [0.0, *noise_std]:
+        name = "clean" if std == 0 else f"noise_{std:g}"
+        seed_everything(seed)
+        ids, logits = predict_logits(model, loader, device, noise_std=std, seed=seed, progress=progress, desc=name)
+        predictions = answers_of(ids, logits, answers)
+        condition: Dict = {"noise_std": std,
+                           "results_file": str(write_submission(out.parent / f"{split}_{name}_results.json",
+                                                                predictions))}
+        if annotations is not None:
+            condition["accuracy"] = vqa_accuracy(annotations, predictions).summary()
+        if mc_samples and annotations is not None:
+            seed_everything(seed)
+            mc = mc_uncertainty(model, loader, answers, by_question, mc_samples, mc_dropout, std, seed, p_threshold,
+                                device, progress)
+            probs, targets = confidence_view(mc["confidence"], mc["correct"])
+            bins = plot_reliability(probs, targets, out.parent / f"reliability_{split}_{name}.png",
+                                    title=f"MCAN {cfg.attention.name}, {split} {name}")
+            condition["mc"] = {
+                "samples": mc_samples, "dropout": mc_dropout, "p_threshold": p_threshold,
+                "accuracy": vqa_accuracy(annotations, mc["predictions"]).summary(),
+                "pavpu": 100 * mc["pavpu"], "uncertain_fraction": mc["uncertain_fraction"],
+                "label_accuracy": 100 * mc["label_accuracy"], "ece": 100 * bins.ece,
+                "reliability_plot": str(out.parent / f"reliability_{split}_{name}.png"),
+            }
+        report["conditions"][name] = condition
+    atomic_write_json(out, results_record({"noise_std": list(noise_std), "mc_samples": mc_samples,
+                                           "mc_dropout": mc_dropout, "p_threshold": p_threshold, "seed": seed,
+                                           "train_config": OmegaConf.to_container(cfg)}, **report))
+    return report
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m vqa.evaluate", description=__doc__.split("\n")[0])
+    parser.add_argument("run", type=Path, help="output directory of python -m vqa.train")
+    parser.add_argument("--split", help="split of the run's config to evaluate (default: its data.eval_split)")
+    parser.add_argument("--data-root", help="directory holding vqa/ (default: the one used in training)")
+    parser.add_argument("--noise-std", type=float, nargs="*", default=[],
+                        help="also evaluate with N(0, s^2) noise on the region features, for each s")
+    parser.add_argument("--mc-samples", type=int, default=0, help="Monte Carlo samples for uncertainty (0: none)")
+    parser.add_argument("--no-mc-dropout", action="store_true",
+                        help="sample attention only (default: keep dropout on too, MC dropout)")
+    parser.add_argument("--p-threshold", type=float, default=0.05, help="PAvPU t-test: uncertain if p > this")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the noise and the Monte Carlo sampling")
+    parser.add_argument("--batch-size", type=int, help="default: the run's train.eval_batch_size")
+    parser.add_argument("--threads", type=int, help="torch threads")
+    parser.add_argument("--out", type=Path, help="report JSON (default <run>/eval_<split>.json)")
+    parser.add_argument("--no-progress", action="store_true")
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    try:
+        report = evaluate_run(args.run, args.split, args.data_root, args.noise_std, args.mc_samples,
+                              not args.no_mc_dropout, args.p_threshold, args.seed, args.batch_size, args.out,
+                              not args.no_progress)
+    except (FileNotFoundError, VQADataError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    for name, condition in report["conditions"].items():
+        line = f"{report['split']} {name}:"
+        if "accuracy" in condition:
+            acc = condition["accuracy"]
+            line += f" accuracy {acc['overall']:.2f} " + " ".join(f"{k} {v:.2f}" for k, v in acc["per_answer_type"].items())
+        if "mc" in condition:
+            mc = condition["mc"]
+            line += f" | MC accuracy {mc['accuracy']['overall']:.2f} PAvPU {mc['pavpu']:.2f} ECE {mc['ece']:.2f}"
+        print(line + f" -> {condition['results_file']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,356 @@
+"""Train MCAN on VQA v2 with any attention normalizer; resumable, multi-GPU with torchrun.
+
+    python -m vqa.train --attention bam-wc kl.weight=0.01 [--data-root DIR] [--out DIR] [key=value ...]
+    torchrun --nproc_per_node 4 -m vqa.train --attention softmax train.batch_size=16
+
+Protocol of ``MILVLG/mcan-vqa`` (``core/exec.py``): BCE summed over the batch and the answers
+on MCAN's soft scores (plus the weighted BAM KL), Adam (0.9, 0.98, eps 1e-9), lr warm-up
+``1/4, 2/4, 3/4`` of the base rate over the first three epochs (per update), then times
+``decay_rate`` from each epoch in ``decay_epochs``. After every epoch the model is evaluated
+on ``data.eval_split`` (official accuracy) when that split has annotations.
+
+Everything goes to ``out_dir`` (default ``runs/vqa/mcan/<attention>``): ``config.json``,
+``question_vocab.json``, ``answers.json``, ``checkpoints/step_<epoch>.pt`` (atomic; a rerun
+resumes after the last finished epoch), ``metrics.jsonl`` + TensorBoard, the eval split's
+predictions in the official results format and ``results.json`` (accuracy per epoch, overall
+and per answer type, wall time, config and library versions).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import torch
+import torch.nn.functional as F
+from omegaconf import DictConfig, OmegaConf
+from torch.utils.data import DataLoader, RandomSampler
+from tqdm.auto import tqdm
+
+from common import attention
+from common.features import RegionFeatureStore
+from common.text import Vocabulary
+from common.utils import (
+    Checkpointer, MetricsLogger, atomic_write_json, default_data_root, results_record, seed_everything,
+)
+from common.utils.config import layer_configs, packaged_config, to_dict
+from common.utils.distributed import DistEnv, all_reduce_mean, cleanup, init_distributed, shard_sampler, wrap_model
+
+from .answers import AnswerVocab
+from .data import (
+    QuestionEncoder, VQADataError, VQADataset, build_question_vocab, load_annotations, load_glove, load_questions,
+)
+from .evaluation import vqa_accuracy, write_submission
+from .mcan import MCAN, MCANConfig
+
+CONFIG_NAME = "mcan_small.yaml"
+#: Config keys that may change between a run and its resumption (where files go, speed knobs).
+RESUMABLE_KEYS = ("data_root", "out_dir", "train.epochs", "train.num_workers", "train.num_threads",
+                  "train.eval_batch_size", "train.log_every")
+
+
+def load_config(overrides: Sequence[str] = (), config_file: Optional[str] = None) -> DictConfig:
+    """``vqa/configs/mcan_small.yaml`` <- ``--config`` file <- ``key=value`` overrides."""
+    return layer_configs(packaged_config("vqa", CONFIG_NAME), config_file, overrides,
+                         open_keys=("attention.options", "data.splits"), defaults_name=f"vqa/configs/{CONFIG_NAME}")
+
+
+def data_path(cfg: DictConfig, path: Optional[str]) -> Optional[Path]:
+    """``path`` under the data root (``--data-root``, else ``$ATTN_DATA_ROOT``), unless absolute."""
+    if path is None:
+        return None
+    path = Path(path).expanduser()
+    return path if path.is_absolute() else default_data_root(cfg.data_root) / path
+
+
+def load_split(cfg: DictConfig, name: str) -> Tuple[List[dict], Optional[List[dict]], RegionFeatureStore]:
+    """Questions, annotations (None for test splits) and region features of split ``name``."""
+    if name not in cfg.data.splits:
+        raise VQADataError(f"unknown split {name!r}; the config defines data.splits {sorted(cfg.data.splits)}")
+    split = cfg.data.splits[name]
+    questions = load_questions(data_path(cfg, split.questions))
+    annotations = load_annotations(data_path(cfg, split.annotations)) if split.annotations else None
+    features_path = data_path(cfg, split.features)
+    if not features_path.is_file():
+        raise VQADataError(f"region features {features_path} (data.splits.{name}.features) do not exist; convert "
+                           f"bottom-up features with scripts/convert_features.py or set the path")
+    return questions, annotations, RegionFeatureStore(features_path)
+
+
+def build_model(cfg: DictConfig, vocab_size: int, num_answers: int, word_vectors: Optional[torch.Tensor] = None) -> MCAN:
+    config = MCANConfig(vocab_size=vocab_size, num_answers=num_answers, attention=cfg.attention.name,
+                        attention_options=dict(cfg.attention.options), **cfg.model)
+    return MCAN(config, word_vectors)
+
+
+def lr_factor(update: int, steps_per_epoch: int, warmup_epochs: int, decay_epochs: Sequence[int],
+              decay_rate: float) -> float:
+    """MCAN's learning-rate multiplier for the ``update``-th update (1-based).
+
+    Warm-up (``WarmupOptimizer.rate``): ``k / (warmup_epochs + 1)`` while
+    ``update <= k * steps_per_epoch`` for ``k = 1 .. warmup_epochs``; then
+    ``decay_rate ** #{e in decay_epochs : e <= epoch}`` with ``epoch = (update - 1) // steps_per_epoch``.
+    """
+    warm = 1.0
+    for k in range(1, warmup_epochs + 1):
+        if update <= int(steps_per_epoch * k):
+            warm = k / (warmup_epochs + 1)
+            break
+    epoch = (update - 1) // steps_per_epoch
+    return warm * decay_rate ** sum(1 for e in decay_epochs if e <= epoch)
+
+
+def kl_schedule(cfg: DictConfig) -> attention.KLSchedule:
+    return attention.KLSchedule(weight=cfg.kl.weight, kind=cfg.kl.schedule, warmup=cfg.kl.warmup,
+                                rate=cfg.kl.rate, offset=cfg.kl.offset)
+
+
+def to_device(batch: Dict, device: torch.device) -> Dict:
+    return {k: v.to(device, non_blocking=True) if torch.is_tensor(v) else v for k, v in batch.items()}
+
+
+def model_inputs(batch: Dict) -> tuple:
+    return batch["question_tokens"], batch["question_mask"], batch["features"], batch["region_mask"]
+
+
+def add_feature_noise(features: torch.Tensor, region_mask: torch.Tensor, std: float,
+                      generator: Optional[torch.Generator] = None) -> torch.Tensor:
+    """``features + std * eps`` on the real regions, ``eps ~ N(0, 1)`` (BAM Table 2 "noisy");
+    padded regions stay exact zeros."""
+    if std == 0:
+        return features
+    noise = torch.randn(features.shape, generator=generator, dtype=features.dtype, device="cpu").to(features.device)
+    return features + std * noise * region_mask.unsqueeze(-1)
+
+
+@torch.no_grad()
+def predict_logits(model: MCAN, loader: DataLoader, device: torch.device, noise_std: float = 0.0, seed: int = 0,
+                   progress: bool = True, desc: str = "predict") -> Tuple[List[int], torch.Tensor]:
+    """Question ids and answer logits ``[N, A]`` of every question in ``loader`` (eval mode)."""
+    model.eval()
+    generator = torch.Generator().manual_seed(seed)
+    ids, logits = [], []
+    for batch in tqdm(loader, desc=desc, leave=False, disable=None if progress else True, mininterval=2.0):
+        batch = to_device(batch, device)
+        features = add_feature_noise(batch["features"], batch["region_mask"], noise_std, generator)
+        logits.append(model(batch["question_tokens"], batch["question_mask"], features, batch["region_mask"]).float().cpu())
+        ids += batch["question_id"].tolist()
+    return ids, torch.cat(logits)
+
+
+def answers_of(question_ids: Sequence[int], logits: torch.Tensor, answers: AnswerVocab) -> Dict[int, str]:
+    return {q: answers.answer(i) for q, i in zip(question_ids, logits.argmax(-1).tolist())}
+
+
+def default_out_dir(cfg: DictConfig) -> Path:
+    return Path(cfg.out_dir) if cfg.out_dir else Path("runs") / "vqa" / "mcan" / cfg.attention.name
+
+
+def _comparable(config: Dict) -> Dict:
+    config = json.loads(json.dumps(config))
+    for key in RESUMABLE_KEYS:
+        *parents, leaf = key.split(".")
+        node = config
+        for p in parents:
+            node = node.get(p, {})
+        node.pop(leaf, None)
+    return config
+
+
+def prepare_run(cfg: DictConfig, out_dir: Path, train_questions: Sequence[dict], env: DistEnv
+                ) -> Tuple[Vocabulary, AnswerVocab]:
+    """The question vocabulary and answers of the run: built and saved in ``out_dir`` (with
+    ``config.json``) on a fresh run, reloaded on resumption so that ids never change."""
+    config = to_dict(cfg)
+    config_path, vocab_path, answers_path = out_dir / "config.json", out_dir / "question_vocab.json", out_dir / "answers.json"
+    if config_path.exists():
+        saved = json.loads(config_path.read_text(encoding="utf-8"))
+        if _comparable(saved) != _comparable(config):
+            raise ValueError(f"{out_dir} holds a run with a different config; choose another --out or delete it "
+                             f"(only {', '.join(RESUMABLE_KEYS)} may change on resumption)")
+        return Vocabulary.load(vocab_path), AnswerVocab.load(answers_path)
+    vocab = build_question_vocab(train_questions, cfg.data.min_word_count)
+    answers = AnswerVocab.load(data_path(cfg, cfg.data.answers))
+    if env.is_main:
+        vocab.save(vocab_path)
+        answers.save(answers_path)
+        atomic_write_json(config_path, config)
+    return vocab, answers
+
+
+def word_vectors(cfg: DictConfig, vocab: Vocabulary, env: DistEnv) -> torch.Tensor:
+    """GloVe vectors for ``vocab`` from ``data.glove``, checked against ``model.word_dim``."""
+    vectors, coverage = load_glove(data_path(cfg, cfg.data.glove), vocab)
+    if vectors.shape[1] != cfg.model.word_dim:
+        raise VQADataError(f"{cfg.data.glove}: vectors have {vectors.shape[1]} dimensions but "
+                           f"model.word_dim={cfg.model.word_dim}; set model.word_dim={vectors.shape[1]}")
+    if env.is_main:
+        print(f"GloVe: vectors for {100 * coverage:.1f}% of {len(vocab)} question words")
+    return vectors
+
+
+def evaluate_epoch(model: MCAN, loader: DataLoader, annotations: List[dict], answers: AnswerVocab,
+                   device: torch.device, progress: bool) -> Tuple[Dict, Dict[int, str]]:
+    ids, logits = predict_logits(model, loader, device, progress=progress, desc="eval")
+    predictions = answers_of(ids, logits, answers)
+    return vqa_accuracy(annotations, predictions).summary(), predictions
+
+
+def run(cfg: DictConfig, progress: bool = True) -> Dict:
+    """Train (or resume) the run described by ``cfg``; returns the results record."""
+    env = init_distributed()
+    if cfg.train.num_threads:
+        torch.set_num_threads(cfg.train.num_threads)
+    seed_everything(cfg.seed + env.rank, deterministic=cfg.train.deterministic)
+    out_dir = default_out_dir(cfg)
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+    train_parts = [load_split(cfg, name) for name in cfg.data.train_splits]
+    if any(annotations is None for _, annotations, _ in train_parts):
+        raise VQADataError(f"data.train_splits {list(cfg.data.train_splits)} includes a split without annotations")
+    vocab, answers = prepare_run(cfg, out_dir, [q for qs, _, _ in train_parts for q in qs], env)
+    encode = QuestionEncoder(vocab, cfg.data.max_question_len)
+    train_set = torch.utils.data.ConcatDataset([
+        VQADataset(qs, anns, store, answers, encode, pad_id=vocab.pad, max_regions=cfg.data.max_regions)
+        for qs, anns, store in train_parts])
+    collate = train_set.datasets[0].collate
+    eval_loader, eval_annotations = None, None
+    if cfg.data.eval_split and env.is_main:
+        qs, eval_annotations, store = load_split(cfg, cfg.data.eval_split)
+        if eval_annotations is not None:
+            eval_set = VQADataset(qs, eval_annotations, store, answers, encode, vocab.pad, cfg.data.max_regions)
+            eval_loader = DataLoader(eval_set, cfg.train.eval_batch_size, collate_fn=eval_set.collate,
+                                     num_workers=cfg.train.num_workers)
+
+    checkpointer = Checkpointer(out_dir, keep=2)
+    fresh = not checkpointer.paths()  # a resumed model gets its embeddings from the checkpoint
+    vectors = word_vectors(cfg, vocab, env) if cfg.data.glove and fresh else None
+    model = build_model(cfg, len(vocab), len(answers), vectors).to(env.device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.optim.lr, betas=tuple(cfg.optim.betas), eps=cfg.optim.eps)
+    steps_per_epoch = max(1, len(train_set) // (cfg.train.batch_size * env.world_size))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(
+        step + 1, steps_per_epoch, cfg.optim.warmup_epochs, list(cfg.optim.decay_epochs), cfg.optim.decay_rate))
+    state = checkpointer.load_latest(model, optimizer, scheduler, map_location=env.device)
+    start_epoch = 0 if state is None else state["step"] + 1
+    history: List[Dict] = [] if state is None else state["extra"]["history"]
+    ddp_model = wrap_model(model, env)
+    schedule, collect_kl = kl_schedule(cfg), cfg.kl.weight > 0
+    sampler = shard_sampler(train_set, env, shuffle=True, seed=cfg.seed)
+    logger = MetricsLogger(out_dir, enabled=env.is_main)
+    start, trained_questions, train_seconds = time.perf_counter(), 0, 0.0
+    predictions: Dict[int, str] = {}
+    update = start_epoch * steps_per_epoch
+    try:
+        for epoch in range(start_epoch, cfg.train.epochs):
+            if sampler is not None:
+                sampler.set_epoch(epoch)
+            order = sampler or RandomSampler(train_set, generator=torch.Generator().manual_seed(cfg.seed * 1000 + epoch))
+            loader = DataLoader(train_set, cfg.train.batch_size, sampler=order, collate_fn=collate,
+                                num_workers=cfg.train.num_workers, drop_last=True)
+            ddp_model.train()
+            epoch_start = time.perf_counter()
+            sums = {"bce": 0.0, "kl": 0.0, "n": 0}
+            bar = tqdm(loader, desc=f"epoch {epoch + 1}/{cfg.train.epochs}", leave=False,
+                       disable=None if progress and env.is_main else True, mininterval=2.0)
+            for batch in bar:
+                batch = to_device(batch, env.device)
+                optimizer.zero_grad(set_to_none=True)
+                if collect_kl:
+                    with attention.aux_losses() as aux:
+                        logits = ddp_model(*model_inputs(batch))
+                    kl, kl_weight = aux.total(), schedule(update)
+                else:
+                    logits, kl, kl_weight = ddp_model(*model_inputs(batch)), torch.zeros((), device=env.device), 0.0
+                bce = F.binary_cross_entropy_with_logits(logits, batch["target"], reduction="sum")
+                # DDP averages gradients over processes: scale the summed BCE so the update is that of
+                # the BCE summed over the global batch, as MCAN's single-process loss.
+                loss = bce * env.world_size + kl_weight * kl
+                loss.backward()
+                if cfg.optim.grad_clip:
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip)
+                optimizer.step()
+                scheduler.step()
+                update += 1
+                size = batch["target"].shape[0]
+                sums["bce"] += bce.item()
+                sums["kl"] += kl.item() * size
+                sums["n"] += size
+                if update % cfg.train.log_every == 0:
+                    logger.log(update, **{"train/bce": all_reduce_mean(bce.detach() / size, env),
+                                          "train/kl": all_reduce_mean(kl.detach(), env), "train/kl_weight": kl_weight,
+                                          "train/lr": scheduler.get_last_lr()[0]})
+                bar.set_postfix(bce=f"{bce.item() / size:.3f}", refresh=False)
+            bar.close()
+            seconds = time.perf_counter() - epoch_start
+            trained_questions += sums["n"] * env.world_size
+            train_seconds += seconds
+            row = {"epoch": epoch, "train_bce_per_question": sums["bce"] / max(sums["n"], 1),
+                   "train_kl": sums["kl"] / max(sums["n"], 1), "seconds": seconds,
+                   "lr": scheduler.get_last_lr()[0]}
+            if eval_loader is not None:
+                accuracy, predictions = evaluate_epoch(model, eval_loader, eval_annotations, answers, env.device,
+                                                       progress)
+                row["eval"] = accuracy
+                logger.log(update, **{"val/accuracy": accuracy["overall"],
+                                      **{f"val/{k}": v for k, v in accuracy["per_answer_type"].items()}})
+            history.append(row)
+            if env.is_main:
+                checkpointer.save(epoch, model, optimizer, scheduler, extra={"history": history})
+                tqdm.write(f"epoch {epoch + 1}: train BCE/question {row['train_bce_per_question']:.4f}"
+                           + (f", {cfg.data.eval_split} accuracy {row['eval']['overall']:.2f}" if "eval" in row else ""))
+    finally:
+        logger.close()
+        del ddp_model
+        cleanup(env)
+    if predictions and env.is_main:
+        write_submission(out_dir / f"{cfg.data.eval_split}_predictions.json", predictions)
+    results = results_record(
+        to_dict(cfg), attention=cfg.attention.name, epochs=history,
+        final_eval=history[-1].get("eval") if history else None,
+        questions_per_second_train=trained_questions / train_seconds if train_seconds else None,
+        wall_seconds_this_run=time.perf_counter() - start, world_size=env.world_size,
+        checkpoint=str(checkpointer.paths()[-1]) if checkpointer.paths() else None)
+    if env.is_main:
+        atomic_write_json(out_dir / "results.json", results)
+    return results
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m vqa.train", description=__doc__.split("\n")[0],
+                                     epilog="Any config key can be set as key=value, e.g. kl.weight=0.01 "
+                                            "train.batch_size=32 (see vqa/configs/mcan_small.yaml).")
+    parser.add_argument("--attention", help="attention variant: " + ", ".join(attention.available()))
+    parser.add_argument("--data-root", help="directory holding vqa/ (default: $ATTN_DATA_ROOT, else the user cache)")
+    parser.add_argument("--out", help="output directory (default runs/vqa/mcan/<attention>)")
+    parser.add_argument("--epochs", type=int, help="number of epochs (default 13)")
+    parser.add_argument("--config", help="a YAML file merged over the packaged config")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    parser.add_argument("overrides", nargs="*", metavar="key=value")
+    return parser.parse_args(argv)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = parse_args(argv)
+    overrides = list(args.overrides)
+    for key, value in (("attention.name", args.attention), ("data_root", args.data_root), ("out_dir", args.out),
+                       ("train.epochs", args.epochs)):
+        if value is not None:
+            overrides.append(f"{key}={value}")
+    try:
+        cfg = load_config(overrides, args.config)
+        results = run(cfg, progress=not args.no_progress)
+    except (VQADataError, ValueError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    final = results["final_eval"]
+    print(f"MCAN {results['attention']}: {len(results['epochs'])} epochs"
+          + (f", {cfg.data.eval_split} accuracy {final['overall']:.2f} {final['per_answer_type']}" if final else "")
+          + f" -> {default_out_dir(cfg) / 'results.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
