@@ -1,0 +1,45 @@
+"""LXMERT's inputs from the shared VQA data (:mod:`vqa.data`): BERT word pieces, and region
+features with boxes normalised by the image size (LXMERT's ``visual_pos``)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Dict, List
+
+import torch
+from torch import Tensor
+from transformers import BertTokenizer
+
+from vqa.data import VQADataError
+
+
+def bert_encoder(vocab_file: Path, max_words: int) -> Callable[[str], List[int]]:
+    """``question -> [CLS] word pieces [SEP]`` ids, at most ``max_words`` of them (LXMERT: 20)."""
+    if not Path(vocab_file).is_file():
+        raise VQADataError(f"BERT vocabulary {vocab_file} (data.vocab) does not exist; it must be bert-base-uncased's "
+                           f"vocab.txt (in this workspace: <data-root>/text/bert-base-uncased/vocab.txt)")
+    tokenizer = BertTokenizer(vocab=str(vocab_file))
+    if tokenizer.pad_token_id != 0:
+        raise VQADataError(f"{vocab_file}: [PAD] must be the first entry (id 0), as in BERT's vocab.txt")
+
+    def encode(question: str) -> List[int]:
+        return tokenizer.encode(question, max_length=max_words, truncation=True)
+
+    return encode
+
+
+def normalised_boxes(boxes: Tensor, image_size: Tensor) -> Tensor:
+    """Boxes ``[B, N, 4]`` as ``(x1, y1, x2, y2)`` pixels divided by the image size ``[B, 2]``
+    ``(height, width)``: LXMERT's ``visual_pos`` in ``[0, 1]``."""
+    height, width = image_size[:, 0].to(boxes.dtype), image_size[:, 1].to(boxes.dtype)
+    return boxes / torch.stack([width, height, width, height], dim=-1).unsqueeze(1)
+
+
+def model_inputs(batch: Dict, device: torch.device) -> Dict[str, Tensor]:
+    """The keyword arguments of ``LxmertForQuestionAnswering`` for a :func:`vqa.data.collate` batch."""
+    return {
+        "input_ids": batch["question_tokens"].to(device),
+        "attention_mask": batch["question_mask"].long().to(device),
+        "visual_feats": batch["features"].to(device),
+        "visual_pos": normalised_boxes(batch["boxes"], batch["image_size"]).to(device),
+        "visual_attention_mask": batch["region_mask"].long().to(device),
+    }

@@ -1,0 +1,82 @@
+"""FLOPs of LXMERT per configuration, counted with ``torch.utils.flop_counter.FlopCounterMode``.
+
+    python -m vqa.lxmert.flops [--out benchmarks/results/lxmert_flops.json]
+
+counts one forward pass of the VQA model on the real 9-5-5 configuration (hidden 768, 12 heads,
+random weights: FLOPs do not depend on them) for a question of 20 word pieces and 36 regions,
+full and with every-other pruning of ``p`` layers per stack. The counter sees matrix products
+(projections, ``q k^T``, ``weights v``, feed-forward layers, heads); element-wise work
+(softmax, the entmax bisection, the span mask) is not counted.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Dict, Optional, Sequence
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+from transformers import LxmertConfig
+
+from common.utils import atomic_write_json, results_record
+
+from .adapt import Adaptation, LayerDropOptions, pruned_layers
+from .model import build_vqa_model
+
+NUM_ANSWERS = 3129
+
+
+def dummy_inputs(config: LxmertConfig, batch: int = 1, words: int = 20, regions: int = 36) -> Dict[str, torch.Tensor]:
+    """Full-length inputs (no padding) of the given sizes."""
+    corners = torch.rand(batch, regions, 2) * 0.5
+    return {"input_ids": torch.randint(1, config.vocab_size, (batch, words)),
+            "attention_mask": torch.ones(batch, words, dtype=torch.long),
+            "visual_feats": torch.randn(batch, regions, config.visual_feat_dim),
+            "visual_pos": torch.cat([corners, corners + 0.5], -1),
+            "visual_attention_mask": torch.ones(batch, regions, dtype=torch.long)}
+
+
+@torch.no_grad()
+def count_flops(model: torch.nn.Module, inputs: Dict[str, torch.Tensor],
+                prune: Optional[LayerDropOptions] = None) -> int:
+    """FLOPs of one forward pass in eval mode, optionally with ``prune`` layers removed."""
+    model.eval()
+    with (pruned_layers(model, prune) if prune is not None else nullcontext()):
+        with FlopCounterMode(display=False) as counter:
+            model(**inputs)
+    return int(counter.get_total_flops())
+
+
+def flops_report(config: LxmertConfig, drop: LayerDropOptions, words: int = 20, regions: int = 36) -> Dict:
+    """Full and pruned FLOPs of ``config``; the pruned model drops ``drop`` layers per stack."""
+    torch.manual_seed(0)
+    model = build_vqa_model(config, NUM_ANSWERS, Adaptation())
+    inputs = dummy_inputs(config, words=words, regions=regions)
+    full = count_flops(model, inputs)
+    pruned = count_flops(model, inputs, drop)
+    layers = (config.l_layers, config.r_layers, config.x_layers)
+    kept = tuple(n - getattr(drop, s) for n, s in zip(layers, ("language", "vision", "cross")))
+    return {"layers": "-".join(map(str, layers)), "pruned_layers": "-".join(map(str, kept)),
+            "words": words, "regions": regions, "flops_full": full, "flops_pruned": pruned,
+            "reduction_percent": 100 * (1 - pruned / full)}
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m vqa.lxmert.flops", description=__doc__.split("\n")[0])
+    parser.add_argument("--out", default="benchmarks/results/lxmert_flops.json", help="JSON to write")
+    parser.add_argument("--drop", type=int, default=1, help="layers pruned per stack (the paper's p)")
+    args = parser.parse_args(argv)
+    config = LxmertConfig()  # 9-5-5, hidden 768, 12 heads: the pretrained LXMERT's shape
+    drop = LayerDropOptions(language=args.drop, vision=args.drop, cross=args.drop)
+    report = flops_report(config, drop)
+    record = results_record({"drop": args.drop}, **report)
+    atomic_write_json(Path(args.out), record)
+    print(f"LXMERT {report['layers']}: {report['flops_full'] / 1e9:.3f} GFLOPs; pruned to {report['pruned_layers']}: "
+          f"{report['flops_pruned'] / 1e9:.3f} GFLOPs ({report['reduction_percent']:.2f}% fewer) -> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

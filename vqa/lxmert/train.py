@@ -1,0 +1,308 @@
+"""Fine-tune LXMERT on VQA v2 with adaptive attention; resumable, results beside the checkpoints.
+
+    python -m vqa.lxmert.train --variant span [--pretrained DIR] [--data-root DIR] [--out DIR] [key=value ...]
+
+Variants (``vqa/configs/lxmert.yaml``): ``softmax``, ``span``, ``entmax``, ``layerdrop``, ``bam``.
+The loss is LXMERT's ``A * BCE`` on the soft scores over the ``A`` answers, plus the adaptive-span
+penalty and the weighted BAM KL, both collected with :func:`common.attention.aux_losses`; span
+fractions are clamped to ``[0, 1]`` after every update. Training data is reshuffled every epoch
+(a fixed permutation per ``seed`` and epoch, so a resumed run sees the same batches); LayerDrop
+and BAM sampling act in training mode only, and evaluation prunes ``layerdrop.<stack>`` layers per
+stack with the every-other rule when ``model.prune_at_eval``.
+
+Everything goes to ``out_dir`` (default ``runs/lxmert/<variant>``): ``config.json``,
+``lxmert_config.json``, ``answers.json``, ``checkpoints/step_<N>.pt`` (atomic, every
+``train.checkpoint_every`` updates and at each epoch end; a rerun resumes from the newest),
+``metrics.jsonl`` + TensorBoard (losses, learning rate, every head's span and alpha),
+``spans.png`` / ``alphas.png`` (the paper's Figures 1 and 3), the eval split's predictions in the
+official results format, and ``results.json`` (accuracy per epoch, FLOPs full and pruned, config,
+library versions).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from contextlib import nullcontext
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+from torch.utils.data import DataLoader
+from tqdm.auto import tqdm
+from transformers import LxmertConfig
+
+from common import attention
+from common.utils import (
+    Checkpointer, MetricsLogger, atomic_write_json, environment, results_record, seed_everything,
+)
+from common.utils.config import layer_configs, packaged_config, to_dict
+from vqa.answers import AnswerVocab
+from vqa.data import VQADataError, VQADataset
+from vqa.evaluation import vqa_accuracy, write_submission
+from vqa.train import answers_of, data_path, load_split
+
+from .adapt import Adaptation, pruned_layers
+from .data import bert_encoder, model_inputs
+from .flops import count_flops, dummy_inputs
+from .model import PretrainedError, build_vqa_model, head_parameters, load_vqa_model, vqa_loss
+from .optim import build_optimizer
+from .plots import plot_head_values
+
+CONFIG_NAME = "lxmert.yaml"
+#: keys that may change when a run is resumed (where files go, speed and logging knobs)
+RESUMABLE_KEYS = ("data_root", "out_dir", "model.pretrained", "train.epochs", "train.max_steps", "train.num_workers",
+                  "train.num_threads", "train.eval_batch_size", "train.log_every", "train.checkpoint_every")
+PACKAGES = ("attention-suite", "torch", "transformers", "torch-optimizer", "entmax", "h5py", "numpy", "omegaconf")
+
+
+def load_config(variant: Optional[str] = None, overrides: Sequence[str] = (),
+                config_file: Optional[str] = None) -> DictConfig:
+    """``vqa/configs/lxmert.yaml`` with ``variants.<variant>`` merged over ``model.adaptation``,
+    then the ``--config`` file, then ``key=value`` overrides."""
+    base = packaged_config("vqa", CONFIG_NAME)
+    name = variant or base.variant
+    if name not in base.variants:
+        raise ValueError(f"unknown variant {name!r}; vqa/configs/{CONFIG_NAME} defines {sorted(base.variants)}")
+    base.variant = name
+    base.model.adaptation = OmegaConf.merge(base.model.adaptation, base.variants[name])
+    return layer_configs(base, config_file, overrides, defaults_name=f"vqa/configs/{CONFIG_NAME}",
+                         open_keys=("data.splits", "model.adaptation", "model.random_init"))
+
+
+def default_out_dir(cfg: DictConfig) -> Path:
+    return Path(cfg.out_dir) if cfg.out_dir else Path("runs") / "lxmert" / cfg.variant
+
+
+def adaptation_of(cfg: DictConfig) -> Adaptation:
+    return Adaptation.from_dict(to_dict(cfg.model.adaptation))
+
+
+def kl_schedule(cfg: DictConfig) -> attention.KLSchedule:
+    return attention.KLSchedule(weight=cfg.kl.weight, kind=cfg.kl.schedule, warmup=cfg.kl.warmup,
+                                rate=cfg.kl.rate, offset=cfg.kl.offset)
+
+
+def comparable(config: Dict) -> Dict:
+    """``config`` without :data:`RESUMABLE_KEYS`."""
+    config = json.loads(json.dumps(config))
+    for key in RESUMABLE_KEYS:
+        *parents, leaf = key.split(".")
+        node = config
+        for p in parents:
+            node = node.get(p, {})
+        node.pop(leaf, None)
+    return config
+
+
+def prepare_model(cfg: DictConfig, out_dir: Path, answers: AnswerVocab, resuming: bool):
+    """The adapted model and its load report (None when resuming or randomly initialised)."""
+    adaptation = adaptation_of(cfg)
+    if resuming:  # the checkpoint holds every weight; the pretrained directory is not needed
+        config = LxmertConfig.from_dict(json.loads((out_dir / "lxmert_config.json").read_text()))
+        return build_vqa_model(config, len(answers), adaptation), None
+    if cfg.model.random_init is not None:
+        model = build_vqa_model(LxmertConfig(**to_dict(cfg.model.random_init)), len(answers), adaptation)
+        return model, None
+    return load_vqa_model(data_path(cfg, cfg.model.pretrained), len(answers), adaptation)
+
+
+@torch.no_grad()
+def predict(model, loader: DataLoader, device: torch.device, prune: bool, adaptation: Adaptation,
+            progress: bool = True) -> Tuple[List[int], torch.Tensor]:
+    """Question ids and answer logits of every question in ``loader`` (eval mode, pruned if asked)."""
+    model.eval()
+    ids, logits = [], []
+    context = pruned_layers(model, adaptation.layerdrop) if prune and adaptation.layerdrop.active else nullcontext()
+    with context:
+        for batch in tqdm(loader, desc="eval", leave=False, disable=None if progress else True, mininterval=2.0):
+            logits.append(model(**model_inputs(batch, device)).question_answering_score.float().cpu())
+            ids += batch["question_id"].tolist()
+    return ids, torch.cat(logits)
+
+
+def measure_flops(model, cfg: DictConfig, adaptation: Adaptation, device: torch.device) -> Dict[str, int]:
+    """FLOPs of one question with ``data.max_words`` word pieces and ``data.max_regions`` regions."""
+    inputs = {k: v.to(device) for k, v in dummy_inputs(model.config, 1, cfg.data.max_words,
+                                                       cfg.data.max_regions).items()}
+    flops = {"full": count_flops(model, inputs)}
+    if adaptation.layerdrop.active:
+        flops["pruned"] = count_flops(model, inputs, adaptation.layerdrop)
+    return flops
+
+
+def _batches(size: int, batch_size: int, seed: int, epoch: int) -> List[List[int]]:
+    """The epoch's shuffled batches (full batches only), fixed by ``seed`` and ``epoch``."""
+    order = torch.randperm(size, generator=torch.Generator().manual_seed(seed * 1000 + epoch)).tolist()
+    return [order[i * batch_size:(i + 1) * batch_size] for i in range(size // batch_size)]
+
+
+def run(cfg: DictConfig, progress: bool = True) -> Dict:
+    """Train (or resume) the run described by ``cfg``; returns its results record."""
+    if cfg.train.num_threads:
+        torch.set_num_threads(cfg.train.num_threads)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    seed_everything(cfg.seed, deterministic=cfg.train.deterministic)
+    out_dir = default_out_dir(cfg)
+    checkpointer = Checkpointer(out_dir, keep=2)
+    resuming = bool(checkpointer.paths())
+    config = to_dict(cfg)
+    if resuming:
+        saved = json.loads((out_dir / "config.json").read_text())
+        if comparable(saved) != comparable(config):
+            raise ValueError(f"{out_dir} holds a run with a different config; choose another out_dir or delete it")
+        answers = AnswerVocab.load(out_dir / "answers.json")
+    else:
+        answers = AnswerVocab.load(data_path(cfg, cfg.data.answers))
+    adaptation = adaptation_of(cfg)
+    encode = bert_encoder(data_path(cfg, cfg.data.vocab), cfg.data.max_words)
+    train_parts = [load_split(cfg, name) for name in cfg.data.train_splits]
+    if any(annotations is None for _, annotations, _ in train_parts):
+        raise VQADataError(f"data.train_splits {list(cfg.data.train_splits)} includes a split without annotations")
+    train_set = torch.utils.data.ConcatDataset([
+        VQADataset(qs, anns, store, answers, encode, pad_id=0, max_regions=cfg.data.max_regions)
+        for qs, anns, store in train_parts])
+    collate = train_set.datasets[0].collate
+    eval_loader = eval_annotations = None
+    if cfg.data.eval_split:
+        qs, eval_annotations, store = load_split(cfg, cfg.data.eval_split)
+        eval_set = VQADataset(qs, eval_annotations, store, answers, encode, 0, cfg.data.max_regions)
+        eval_loader = DataLoader(eval_set, cfg.train.eval_batch_size, collate_fn=eval_set.collate,
+                                 num_workers=cfg.train.num_workers)
+
+    model, report = prepare_model(cfg, out_dir, answers, resuming)
+    model.to(device)
+    steps_per_epoch = len(train_set) // cfg.train.batch_size
+    if steps_per_epoch == 0:
+        raise ValueError(f"train.batch_size={cfg.train.batch_size} exceeds the {len(train_set)} training questions")
+    total_steps = steps_per_epoch * cfg.train.epochs
+    if cfg.train.max_steps:
+        total_steps = min(total_steps, cfg.train.max_steps)
+    optimizer, scheduler = build_optimizer(model, cfg.optim, total_steps)
+    if not resuming:
+        atomic_write_json(out_dir / "config.json", config)
+        atomic_write_json(out_dir / "lxmert_config.json", model.config.to_dict())
+        answers.save(out_dir / "answers.json")
+    state = checkpointer.load_latest(model, optimizer, scheduler, map_location=device)
+    step = 0 if state is None else state["step"]
+    history: List[Dict] = [] if state is None else state["extra"]["history"]
+    schedule = kl_schedule(cfg)
+    collect = adaptation.span is not None or cfg.kl.weight > 0
+    logger = MetricsLogger(out_dir)
+    if step == 0:
+        logger.log(0, **head_parameters(model))
+    start, predictions = time.perf_counter(), {}
+    try:
+        while step < total_steps:
+            epoch, skip = divmod(step, steps_per_epoch)
+            batches = _batches(len(train_set), cfg.train.batch_size, cfg.seed, epoch)[skip:]
+            batches = batches[:total_steps - step]
+            loader = DataLoader(train_set, batch_sampler=batches, collate_fn=collate, num_workers=cfg.train.num_workers)
+            model.train()
+            bar = tqdm(loader, desc=f"epoch {epoch + 1}/{cfg.train.epochs}", leave=False,
+                       disable=None if progress else True, mininterval=2.0)
+            for batch in bar:
+                optimizer.zero_grad(set_to_none=True)
+                target = batch["target"].to(device)
+                if collect:
+                    with attention.aux_losses() as aux:
+                        logits = model(**model_inputs(batch, device)).question_answering_score
+                    terms = aux.by_name()
+                else:
+                    logits, terms = model(**model_inputs(batch, device)).question_answering_score, {}
+                bce = vqa_loss(logits, target)
+                kl_weight = schedule(step)
+                span_penalty = terms.get("adaptive_span", torch.zeros((), device=device))
+                kl = terms.get("bam_kl", torch.zeros((), device=device))
+                loss = bce + span_penalty + kl_weight * kl
+                loss.backward()
+                if cfg.optim.grad_clip:
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip)
+                optimizer.step()
+                scheduler.step()
+                attention.clamp_spans(model)
+                step += 1
+                if step % cfg.train.log_every == 0:
+                    logger.log(step, **{"train/loss": loss.item(), "train/bce": bce.item(),
+                                        "train/span_penalty": span_penalty.item(), "train/kl": kl.item(),
+                                        "train/kl_weight": kl_weight, "train/lr": scheduler.get_last_lr()[0]},
+                               **head_parameters(model))
+                bar.set_postfix(bce=f"{bce.item():.3f}", refresh=False)
+                epoch_end = step % steps_per_epoch == 0 or step == total_steps
+                if epoch_end:
+                    row = {"epoch": epoch, "step": step, "train_bce_last": bce.item()}
+                    logger.log(step, **head_parameters(model))
+                    if eval_loader is not None:
+                        ids, eval_logits = predict(model, eval_loader, device, cfg.model.prune_at_eval, adaptation,
+                                                   progress)
+                        predictions = answers_of(ids, eval_logits, answers)
+                        row["eval"] = vqa_accuracy(eval_annotations, predictions).summary()
+                        logger.log(step, **{"val/accuracy": row["eval"]["overall"]})
+                        model.train()
+                    history.append(row)
+                if epoch_end or step % cfg.train.checkpoint_every == 0:
+                    checkpointer.save(step, model, optimizer, scheduler, extra={"history": history})
+            bar.close()
+    finally:
+        logger.close()
+    plots = {kind: plot_head_values(out_dir / "metrics.jsonl", kind, out_dir / f"{kind}s.png")
+             for kind in ("span", "alpha")}
+    if predictions:
+        write_submission(out_dir / f"{cfg.data.eval_split}_predictions.json", predictions)
+    results = results_record(
+        config, variant=cfg.variant, adaptation=adaptation.to_dict(), steps=step, epochs=history,
+        final_eval=history[-1].get("eval") if history else None,
+        flops_per_question=measure_flops(model, cfg, adaptation, device),
+        parameters=sum(p.numel() for p in model.parameters()),
+        pretrained=None if report is None else {"checkpoint": report.checkpoint, "tensors_loaded": report.loaded,
+                                                "unused_pretraining_heads": len(report.unused),
+                                                "new": report.initialised},
+        plots={k: str(v) for k, v in plots.items() if v is not None},
+        wall_seconds_this_run=time.perf_counter() - start,
+        checkpoint=str(checkpointer.paths()[-1]) if checkpointer.paths() else None)
+    results["environment"]["packages"].update(_versions())
+    atomic_write_json(out_dir / "results.json", results)
+    return results
+
+
+def _versions() -> Dict[str, Optional[str]]:
+    return environment(PACKAGES)["packages"]
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m vqa.lxmert.train", description=__doc__.split("\n")[0],
+                                     epilog="Any config key can be set as key=value, e.g. optim.name=adamw "
+                                            "train.batch_size=32 (see vqa/configs/lxmert.yaml).")
+    parser.add_argument("--variant", help="softmax | span | entmax | layerdrop | bam (default: softmax)")
+    parser.add_argument("--pretrained", help="local Hugging Face LXMERT directory (default: model.pretrained "
+                                             "under the data root)")
+    parser.add_argument("--data-root", help="directory holding vqa/ and text/ (default: $ATTN_DATA_ROOT, else the user cache)")
+    parser.add_argument("--out", help="output directory (default runs/lxmert/<variant>)")
+    parser.add_argument("--config", help="a YAML file merged over the packaged config")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    parser.add_argument("overrides", nargs="*", metavar="key=value")
+    return parser.parse_args(argv)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = parse_args(argv)
+    overrides = list(args.overrides)
+    for key, value in (("data_root", args.data_root), ("out_dir", args.out), ("model.pretrained", args.pretrained)):
+        if value is not None:
+            overrides.append(f"{key}={value}")
+    try:
+        cfg = load_config(args.variant, overrides, args.config)
+        results = run(cfg, progress=not args.no_progress)
+    except (VQADataError, PretrainedError, FileNotFoundError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    final = results["final_eval"]
+    accuracy = f"{cfg.data.eval_split} accuracy {final['overall']:.2f}" if final else "no evaluation"
+    print(f"LXMERT {results['variant']}: {results['steps']} updates, {accuracy} -> {default_out_dir(cfg) / 'results.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
