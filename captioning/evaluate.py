@@ -36,7 +36,9 @@ def caption_images(model: Att2in, dataset: CaptionDataset, vocab: Vocabulary, be
                    max_length: int = 16, batch_size: int = 50, progress: bool = True) -> dict[int, str]:
     """``{image_id: caption}`` for every image of ``dataset`` (model in eval mode: BAM's posterior mean)."""
     model.eval()
-    loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=collate)
+    # its own generator: creating the iterator must not draw from (and so change) the training RNG
+    loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=collate,
+                        generator=torch.Generator())
     captions = {}
     for batch in tqdm(loader, desc=f"decoding (beam {beam_size})", leave=False, disable=None if progress else True):
         tokens = model.generate(batch["features"], batch["mask"], vocab.eos, max_length, beam_size)

@@ -91,9 +91,8 @@ def run(cfg: DictConfig, progress: bool = True) -> dict:
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay)
     checkpointer = Checkpointer(out_dir, keep=2)
     config = to_dict(cfg)
+    _check_resumable(checkpointer, config)
     state = checkpointer.load_latest(model, optimizer)
-    if state is not None and _comparable(state["extra"]["config"]) != _comparable(config):
-        raise ValueError(f"{out_dir} holds a run with a different config; choose another out_dir=... or delete it")
     extra = state["extra"] if state is not None else {"config": config, "best": None, "history": [], "iteration": 0}
     start_epoch = 0 if state is None else state["step"] + 1
     schedule = kl_schedule(cfg)
@@ -156,6 +155,15 @@ def train_epoch(cfg: DictConfig, model, optimizer, loader: DataLoader, schedule:
         for key, value in (("train/loss", loss.detach()), ("train/nll", nll.detach()), ("train/kl", kl.detach())):
             totals[key] += value.item()
     return {key: value / max(batches, 1) for key, value in totals.items()}
+
+
+def _check_resumable(checkpointer: Checkpointer, config: dict) -> None:
+    """A run directory resumes only with the config that started it."""
+    paths = checkpointer.paths()
+    if paths and _comparable(torch.load(paths[-1], map_location="cpu", weights_only=False)["extra"]["config"]) \
+            != _comparable(config):
+        raise ValueError(f"{paths[-1].parent.parent} holds a run with a different config; choose another "
+                         f"out_dir=... or delete it to start over")
 
 
 def _comparable(config: dict) -> dict:

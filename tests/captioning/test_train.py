@@ -1,0 +1,77 @@
+import json
+
+import torch
+
+from captioning import evaluate, prepare, train, visualize
+from captioning.config import load_config
+from captioning.fixtures import DEMO_IMAGE_ID, write_karpathy_fixture
+from common.utils import read_metrics
+
+import pytest
+
+
+def test_tiny_model_overfits_20_fixture_images(coco_fixture, tiny_overrides, tmp_path):
+    cfg = load_config("softmax", tiny_overrides(coco_fixture["root"], tmp_path / "run") + [
+        "train.epochs=60", "eval.every=0", "eval.split=train", "eval.metrics=[bleu,cider]"])
+    results = train.run(cfg, progress=False)
+    assert results["val"]["CIDEr"] > 2.0
+    assert results["best_epoch"] == 59 and (tmp_path / "run" / "best.pt").is_file()
+    nll = [row["train/nll"] for row in read_metrics(tmp_path / "run" / "metrics.jsonl", "train/nll")]
+    assert nll[-1] < 0.2 * nll[0]
+
+
+def test_resumed_run_equals_uninterrupted(coco_fixture, tiny_overrides, tmp_path):
+    common = ["eval.every=0", "eval.split=val", "eval.metrics=[cider]", "scheduled_sampling.start=0",
+              "scheduled_sampling.increase_every=1", "scheduled_sampling.increase_prob=0.2"]
+    whole = train.run(load_config("bam-wc", tiny_overrides(coco_fixture["root"], tmp_path / "a")
+                                  + common + ["train.epochs=3"]), progress=False)
+    train.run(load_config("bam-wc", tiny_overrides(coco_fixture["root"], tmp_path / "b")
+                          + common + ["train.epochs=2"]), progress=False)
+    resumed = train.run(load_config("bam-wc", tiny_overrides(coco_fixture["root"], tmp_path / "b")
+                                    + common + ["train.epochs=3"]), progress=False)
+    assert [r["train/loss"] for r in resumed["history"]] == [r["train/loss"] for r in whole["history"]]
+    assert [r["ss_prob"] for r in resumed["history"]] == pytest.approx([0, 0.2, 0.25]) and resumed["history"][-1]["train/kl"] > 0
+    with pytest.raises(ValueError, match="different config"):
+        train.run(load_config("softmax", tiny_overrides(coco_fixture["root"], tmp_path / "b") + ["train.epochs=4"]),
+                  progress=False)
+
+
+@pytest.mark.realdata
+def test_pipeline_through_the_clis_and_attention_plot(tmp_path, tiny_overrides, attn_data_root, capsys):
+    root = tmp_path / "data"
+    paths = write_karpathy_fixture(root, split_lists=attn_data_root / "coco" / "updown", include_demo_image=True)
+    assert prepare.main(["--data-root", str(root)]) == 0
+    run = tmp_path / "run"
+    args = [a for a in tiny_overrides(root, run) if not a.startswith(("data_root", "out_dir"))]
+    assert train.main(["--attention", "bam-wc", "--data-root", str(root), "--out", str(run), "--no-progress",
+                       "train.epochs=2", "eval.metrics=[bleu,cider]", *args]) == 0
+    assert evaluate.main([str(run), "--split", "test", "--beam-size", "3", "--metrics", "bleu", "cider",
+                          "--no-progress"]) == 0
+    captions = json.loads((run / "captions_test.json").read_text())
+    test_ids = [int(line.split()[1]) for line in
+                (attn_data_root / "coco/updown/karpathy_test_images.txt").read_text().split("\n")[:5]]
+    assert sorted(c["image_id"] for c in captions) == sorted(test_ids)
+    assert all(isinstance(c["caption"], str) for c in captions)
+    results = json.loads((run / "results_test.json").read_text())
+    assert results["split"] == "test" and set(results["scores"]) >= {"Bleu_4", "CIDEr"}
+    assert results["config"]["attention"]["name"] == "bam-wc" and "packages" in results["environment"]
+
+    figure = tmp_path / "attention.png"
+    image = attn_data_root / "coco" / "updown" / f"COCO_val2014_{DEMO_IMAGE_ID:012d}.jpg"
+    assert visualize.main([str(run), "--image-id", str(DEMO_IMAGE_ID), "--image", str(image),
+                           "--out", str(figure)]) == 0
+    assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and figure.stat().st_size > 10_000
+    assert paths["features"].is_file()
+
+
+def test_box_heatmap_sums_weights_of_covering_boxes():
+    heat = visualize.box_heatmap([(0, 0, 2, 2), (1, 1, 3, 3)], [0.25, 0.75], height=3, width=4)
+    expected = torch.tensor([[0.25, 0.25, 0, 0], [0.25, 1.0, 0.75, 0], [0, 0.75, 0.75, 0]], dtype=torch.float64)
+    assert torch.equal(torch.from_numpy(heat), expected)
+
+
+def test_config_typos_are_errors(capsys):
+    with pytest.raises(ValueError, match="att2in.yaml"):
+        load_config("softmax", ["optim.learning_rate=1"])
+    assert train.main(["--data-root", "/nonexistent", "--no-progress"]) == 2
+    assert "captioning.prepare" in capsys.readouterr().err
