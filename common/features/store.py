@@ -19,7 +19,7 @@ import torch
 from . import layout
 
 PathLike = Union[str, os.PathLike]
-#: Elements converted to float32 per torch call: below torch's intra-op grain (32768), so
+#: Elements converted per torch call: below torch's intra-op grain (32768), so
 #: the copy runs on the calling thread. Waking a thread pool for every image made reads
 #: 4x slower on a loaded 2-core machine (``benchmarks/features.py``).
 CONVERT_BLOCK = 16384
@@ -38,7 +38,8 @@ class MissingImageError(RegionFeatureError, KeyError):
 
 @dataclass
 class RegionFeatures:
-    """The detected regions of one image: ``features`` [N, D] float32, ``boxes`` [N, 4] float32
+    """The detected regions of one image: ``features`` [N, D] (float32 unless the store was
+    asked for float16), ``boxes`` [N, 4] float32
     as (x1, y1, x2, y2) in pixels, ``image_size`` as (height, width)."""
 
     image_id: int
@@ -94,12 +95,12 @@ def check_layout(file: h5py.File, path: Path) -> int:
     return dim
 
 
-def _to_float32(array: np.ndarray) -> torch.Tensor:
-    """``array`` [N, D] as a float32 tensor, converted in blocks of at most ``CONVERT_BLOCK`` elements."""
+def _convert(array: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
+    """``array`` [N, D] as a ``dtype`` tensor, converted in blocks of at most ``CONVERT_BLOCK`` elements."""
     source = torch.from_numpy(array)
-    if source.dtype == torch.float32:
+    if source.dtype == dtype:
         return source
-    out = torch.empty(source.shape, dtype=torch.float32)
+    out = torch.empty(source.shape, dtype=dtype)
     rows = max(1, CONVERT_BLOCK // max(1, source.shape[1]))
     for start in range(0, source.shape[0], rows):
         out[start:start + rows].copy_(source[start:start + rows])
@@ -111,10 +112,16 @@ class RegionFeatureStore:
 
     >>> store = RegionFeatureStore("coco_trainval_36.h5")
     >>> item = store[273052]          # RegionFeatures, features as float32
+
+    ``dtype=torch.float16`` returns the features as a float16 file stores them: half the
+    bytes for DataLoader workers to send to the main process (convert on the device).
     """
 
-    def __init__(self, path: PathLike):
+    def __init__(self, path: PathLike, dtype: torch.dtype = torch.float32):
+        if dtype not in (torch.float32, torch.float16):
+            raise ValueError(f"dtype={dtype}: choose torch.float32 or torch.float16")
         self.path = Path(path)
+        self.features_dtype = dtype
         with open_hdf5(self.path, "r") as file:
             self.feature_dim = check_layout(file, self.path)
             self.dtype = np.dtype(file[layout.FEATURES].dtype)
@@ -165,7 +172,7 @@ class RegionFeatureStore:
                                      f"({err}); the file is corrupt; rebuild it with "
                                      f"scripts/convert_features.py") from err
         height, width = (int(v) for v in self._size[row])
-        return RegionFeatures(image_id=int(image_id), features=_to_float32(features),
+        return RegionFeatures(image_id=int(image_id), features=_convert(features, self.features_dtype),
                               boxes=torch.from_numpy(boxes.astype(np.float32, copy=False)),
                               image_size=(height, width))
 

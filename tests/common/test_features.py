@@ -40,6 +40,15 @@ def test_round_trip_ragged(tmp_path, dtype):
     assert len(counts) > 1  # really ragged
 
 
+def test_store_can_return_the_stored_float16(tmp_path):
+    path = write_random_features(tmp_path / "f.h5", [4], feature_dim=DIM)
+    half = RegionFeatureStore(path, dtype=torch.float16)[4]
+    assert half.features.dtype == torch.float16
+    assert torch.equal(half.features.float(), random_region_features(4, 36, DIM).features)
+    features, _, mask = pad_regions([half, random_region_features(5, 2, DIM)])
+    assert features.dtype == torch.float16 and mask.sum().item() == 38
+
+
 def test_fixture_is_deterministic_per_image_and_valid():
     a = random_region_features(5, 36, DIM, seed=1)
     b = random_region_features(5, 36, DIM, seed=1)
