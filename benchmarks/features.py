@@ -121,7 +121,7 @@ def main() -> None:
         args.images = 400
     report = {"environment": environment(torch.get_num_threads()), "target_images_per_s": TARGET_IMAGES_PER_S,
               "shape": {"images": args.images, "regions": args.regions, "dim": args.dim, "dtype": args.dtype},
-              "batch_size": args.batch_size, "runs": []}
+              "batch_size": args.batch_size, "load_average_before": os.getloadavg(), "runs": []}
     order = np.random.default_rng(1).permutation(args.images)
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         for chunk_rows in args.chunk_rows:
@@ -139,6 +139,7 @@ def main() -> None:
                   f"{run['direct_warm']['images_per_s']:.0f}, cold {run['direct_cold']['images_per_s']:.0f}; "
                   f"DataLoader {loader}")
             path.unlink()
+    report["load_average_after"] = os.getloadavg()  # other processes on the machine slow every number
     print("wrote", write_json("features", report))
 
 
