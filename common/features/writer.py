@@ -78,6 +78,9 @@ class RegionFeatureWriter:
         try:
             if layout.FEATURES in self._file:
                 self._resume()
+            elif len(self._file) or len(self._file.attrs):
+                raise RegionFeatureError(f"{self.path}: an HDF5 file that is not a region-feature file (it holds "
+                                         f"{sorted(self._file)[:5]}); write to another path")
             else:
                 self._create()
         except BaseException:

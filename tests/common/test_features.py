@@ -216,3 +216,7 @@ def test_other_hdf5_files_are_rejected_with_the_field(tmp_path):
         file["x"] = np.zeros(3)
     with pytest.raises(RegionFeatureError, match=r"other\.h5: attribute 'format' is None"):
         RegionFeatureStore(path)
+    with pytest.raises(RegionFeatureError, match=r"other\.h5: an HDF5 file that is not a region-feature file"):
+        RegionFeatureWriter(path, feature_dim=DIM).open()
+    with h5py.File(path, "r") as file:
+        assert list(file) == ["x"]  # left untouched
