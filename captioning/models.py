@@ -106,12 +106,16 @@ class Att2in(nn.Module):
         return zeros, zeros, regions, projected, mask
 
     # ----------------------------------------------------------------- one step ----
+    def log_probs(self, output: Tensor) -> Tensor:
+        """``log p(w)`` from the core's (dropped-out) output ``[..., rnn_size]``."""
+        logits = self.logit(output).masked_fill(self.never_emitted, float("-inf"))
+        return torch.log_softmax(logits, dim=-1)
+
     def step_with_attention(self, tokens: Tensor, state: tuple[Tensor, ...]):
         """``(log_probs [N, V], new_state, attention weights [N, K])`` after feeding ``tokens [N]``."""
         h, c, regions, projected, mask = state
         output, h, c, weights = self.core(self.word_embed(tokens), h, c, regions, projected, mask)
-        logits = self.logit(output).masked_fill(self.never_emitted, float("-inf"))
-        return torch.log_softmax(logits, dim=-1), (h, c, regions, projected, mask), weights
+        return self.log_probs(output), (h, c, regions, projected, mask), weights
 
     def step(self, tokens: Tensor, state: tuple[Tensor, ...]) -> tuple[Tensor, tuple[Tensor, ...]]:
         """The ``step`` of :func:`common.decoding.greedy_search` / ``beam_search``."""
@@ -126,23 +130,26 @@ class Att2in(nn.Module):
         Scheduled sampling (Bengio et al., 2015; self-critical's ``ss_prob``): from the second
         step on, each caption's input word is, with probability ``ss_prob``, drawn from the
         model's previous output distribution instead of the ground truth.
+
+        The output layer runs once over all steps (one large matrix product forward and
+        backward instead of one per step); sampled inputs use the same distribution, computed
+        without gradient for the rows that need it.
         """
         batch, per_image, length = captions.shape
-        state = tuple(t.repeat_interleave(per_image, dim=0) for t in self.encode(features, mask))
+        h, c, regions, projected, mask = (t.repeat_interleave(per_image, dim=0) for t in self.encode(features, mask))
         captions = captions.reshape(batch * per_image, length)
         outputs = []
-        tokens = captions[:, 0]
         for t in range(length - 1):
-            if t >= 1:
-                tokens = captions[:, t]
-                if ss_prob > 0:
-                    sampled = torch.rand(tokens.shape, device=tokens.device) < ss_prob
-                    if sampled.any():
-                        drawn = torch.multinomial(outputs[-1].detach().exp(), 1).squeeze(1)
-                        tokens = torch.where(sampled, drawn, tokens)
-            log_probs, state = self.step(tokens, state)
-            outputs.append(log_probs)
-        return torch.stack(outputs, dim=1)
+            tokens = captions[:, t]
+            if t >= 1 and ss_prob > 0:
+                sampled = (torch.rand(tokens.shape, device=tokens.device) < ss_prob).nonzero().squeeze(1)
+                if sampled.numel():
+                    with torch.no_grad():
+                        probs = self.log_probs(outputs[-1][sampled]).exp()
+                    tokens = tokens.index_copy(0, sampled, torch.multinomial(probs, 1).squeeze(1))
+            output, h, c, _ = self.core(self.word_embed(tokens), h, c, regions, projected, mask)
+            outputs.append(output)
+        return self.log_probs(torch.stack(outputs, dim=1))
 
     # ----------------------------------------------------------------- attention maps --
     @torch.no_grad()
