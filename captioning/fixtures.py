@@ -8,7 +8,7 @@
   ``test``. With ``split_lists`` (the directory of Up-Down's ``karpathy_{val,test}_images.txt``)
   the val and test images are real Karpathy ids and file names; ``restval`` holds the real
   val2014 demo image 273052 (in neither list) when asked; other train ids are made up.
-* ``<root>/coco/features.h5`` (:class:`common.features.RegionFeatureWriter`) whose regions
+* ``<root>/coco/features/trainval_36.h5`` (:class:`common.features.RegionFeatureWriter`) whose regions
   are *informative*: each image shows a few concepts (attribute, object, action, scene),
   and one region per concept carries that concept's fixed random vector plus a little noise,
   so a tiny captioner can learn the captions quickly. The other regions are noise.
@@ -67,7 +67,7 @@ def write_karpathy_fixture(
     noise: float = 0.1,
     seed: int = 0,
 ) -> Dict[str, Path]:
-    """Write ``dataset_coco.json`` and ``features.h5`` under ``<root>/coco``; returns their paths.
+    """Write ``coco/dataset_coco.json`` and ``coco/features/trainval_36.h5`` under ``root``; returns their paths.
 
     ``num_images`` per split (default ``{"train": 20, "val": 5, "test": 5}``; ``restval`` is
     also accepted). ``include_demo_image`` adds COCO image 273052 to ``restval`` with boxes
@@ -97,7 +97,7 @@ def write_karpathy_fixture(
     combos = [(a, o, v, s) for a in ATTRIBUTES for o in OBJECTS for v in ACTIONS for s in range(len(SCENES))]
     chosen = rng.sample(combos, len(entries))
     root = Path(root) / "coco"
-    features_path = root / "features.h5"
+    features_path = root / "features" / "trainval_36.h5"
     features_path.unlink(missing_ok=True)
     images, sentid = [], 1
     noise_rng = np.random.default_rng(seed + 1)
