@@ -1,6 +1,6 @@
 """Region-feature store: random-access read throughput (images/s), writing, file size.
 
-    python benchmarks/features.py [--images 4000] [--regions 36] [--dim 2048] [--dtype float16]
+    python benchmarks/features.py [--images 4000] [--regions 36 | --regions 10 100] [--dim 2048] [--dtype float16]
                                   [--chunk-rows 36] [--workers 1 2] [--batch-size 32] [--quick]
 
 Writes ``--images`` synthetic images of ``--regions`` x ``--dim`` features into a temporary
@@ -18,7 +18,7 @@ every image once in a random order:
   (steady state), ``with_startup`` the whole pass.
 
 Target (issue 6): >= 2,000 random-access images/s for 36 x 2048 float16. Results go to
-``benchmarks/results/features.json``.
+``benchmarks/results/<--name>.json`` (default ``features.json``).
 """
 from __future__ import annotations
 
@@ -65,13 +65,15 @@ def evict_from_page_cache(path: Path) -> None:
 
 def write_file(path: Path, args) -> dict:
     rng = np.random.default_rng(0)
-    block = rng.uniform(0, 8, size=(args.regions * 16, args.dim)).astype(np.float32)
-    boxes = np.tile(np.array([[0, 0, 10, 10]], dtype=np.float32), (args.regions, 1))
+    low, high = args.regions[0], args.regions[-1]
+    counts = rng.integers(low, high + 1, size=args.images)
+    block = rng.uniform(0, 8, size=(high * 16, args.dim)).astype(np.float32)
+    boxes = np.tile(np.array([[0, 0, 10, 10]], dtype=np.float32), (high, 1))
     start = time.perf_counter()
     with RegionFeatureWriter(path, feature_dim=args.dim, dtype=args.dtype, chunk_rows=args.chunk_rows_now) as writer:
-        for image_id in range(args.images):
-            offset = (image_id * 7) % (len(block) - args.regions)
-            writer.add(image_id, block[offset:offset + args.regions], boxes, 480, 640)
+        for image_id, count in enumerate(counts):
+            offset = (image_id * 7) % (len(block) - count)
+            writer.add(image_id, block[offset:offset + count], boxes[:count], 480, 640)
     seconds = time.perf_counter() - start
     return {"images_per_s": args.images / seconds, "seconds": seconds, "file_mb": path.stat().st_size / 2**20,
             "bytes_per_image": path.stat().st_size / args.images}
@@ -106,7 +108,8 @@ def loader_reads(path: Path, workers: int, batch_size: int, dtype: torch.dtype) 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--images", type=int, default=4000)
-    parser.add_argument("--regions", type=int, default=36)
+    parser.add_argument("--regions", type=int, nargs="+", default=[36],
+                        help="regions per image, or MIN MAX for a uniform count in that range (e.g. 10 100)")
     parser.add_argument("--dim", type=int, default=2048)
     parser.add_argument("--dtype", default="float16", choices=("float16", "float32"))
     parser.add_argument("--chunk-rows", type=int, nargs="+", default=[36])
@@ -116,9 +119,12 @@ def main() -> None:
                         help="the store's output dtype in the DataLoader runs")
     parser.add_argument("--dir", type=Path, default=None, help="where the temporary HDF5 files go")
     parser.add_argument("--quick", action="store_true", help="400 images (smoke run)")
+    parser.add_argument("--name", default="features", help="results/<name>.json")
     args = parser.parse_args()
     if args.quick:
         args.images = 400
+    if len(args.regions) > 2 or args.regions[0] > args.regions[-1]:
+        parser.error("--regions takes a count or MIN MAX with MIN <= MAX")
     report = {"environment": environment(torch.get_num_threads()), "target_images_per_s": TARGET_IMAGES_PER_S,
               "shape": {"images": args.images, "regions": args.regions, "dim": args.dim, "dtype": args.dtype},
               "batch_size": args.batch_size, "load_average_before": os.getloadavg(), "runs": []}
@@ -140,7 +146,7 @@ def main() -> None:
                   f"DataLoader {loader}")
             path.unlink()
     report["load_average_after"] = os.getloadavg()  # other processes on the machine slow every number
-    print("wrote", write_json("features", report))
+    print("wrote", write_json(args.name, report))
 
 
 if __name__ == "__main__":

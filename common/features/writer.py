@@ -21,11 +21,11 @@ from .store import RegionFeatureError, check_layout, open_hdf5
 PathLike = Union[str, os.PathLike]
 ArrayLike = Union[np.ndarray, torch.Tensor]
 #: Rows per HDF5 chunk of /features and /boxes. With 36 every image of the fixed-36 files
-#: is exactly one chunk (read and checksummed once); ``benchmarks/features.py --chunk-rows``
-#: compares: random reads of 36 x 2048 float16 ran 8,150/s with 36 rows against 5,929 (16),
-#: 4,661 (64) and 3,333 (128). Chunks are not compressed: on synthetic ReLU-like float16
-#: features gzip (level 1) saved 30% of the file and lzf 12%, but random reads fell from
-#: about 4,400 images/s to about 480 and 720.
+#: is exactly one chunk (read and checksummed once). ``benchmarks/features.py --chunk-rows
+#: 16 36 64 128`` on 36 x 2048 float16, 2 shared cores under load: random reads from the page
+#: cache ran 2,270 / 3,122 / 2,118 / 1,192 images/s. Chunks are not compressed: on synthetic
+#: ReLU-like float16 features gzip (level 1) saved 30% of the file and lzf 12%, but random
+#: reads fell from about 4,400 images/s to about 480 and 720.
 CHUNK_ROWS = 36
 #: Index rows per chunk (image ids, offsets, sizes).
 INDEX_CHUNK = 4096
