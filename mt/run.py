@@ -1,0 +1,88 @@
+"""The files of a training run and loading its model (best weights or an average of checkpoints).
+
+A run directory holds ``config.json`` (the resolved config), ``best.pt`` (the selected
+weights), ``checkpoints/step_<N>.pt`` (resumable training state), ``vocab.src.json``,
+``vocab.tgt.json`` and ``bpe.codes`` (so that ``mt.translate`` needs nothing else),
+``metrics.jsonl`` + TensorBoard events, ``curves.png`` and ``results.json``.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import torch
+from torch import nn
+
+from common.text import Vocabulary
+from common.utils import Checkpointer
+
+from .bpe import BPE
+from .data import DataError, Prepared, ensure_prepared
+from .models import build_model
+
+
+class RunFiles:
+    """Paths inside a run directory, with clear errors when something is missing."""
+
+    def __init__(self, run_dir: Path):
+        self.dir = Path(run_dir)
+        if not (self.dir / "config.json").is_file():
+            raise FileNotFoundError(f"{self.dir / 'config.json'} is missing: {self.dir} is not a run directory "
+                                    "written by `python -m mt.train`")
+
+    def config(self) -> dict:
+        return json.loads((self.dir / "config.json").read_text(encoding="utf-8"))
+
+    def vocabs(self) -> tuple[Vocabulary, Vocabulary]:
+        return Vocabulary.load(self.dir / "vocab.src.json"), Vocabulary.load(self.dir / "vocab.tgt.json")
+
+    def bpe(self) -> BPE:
+        return BPE(self.dir / "bpe.codes")
+
+    def prepared(self, data_root: Path) -> Prepared:
+        cfg = self.config()
+        prepared = ensure_prepared(cfg["dataset"], data_root, cfg["prepared_dir"], cfg["data"]["num_merges"])
+        src, tgt = self.vocabs()
+        if prepared.src_vocab != src or prepared.tgt_vocab != tgt:
+            raise DataError(f"the vocabularies of {prepared.dir} differ from those the run {self.dir} was trained "
+                            "with; point prepared_dir at the corpus the run used")
+        return prepared
+
+    def checkpoints(self) -> List[Path]:
+        return Checkpointer(self.dir).paths()
+
+
+def average_state_dicts(paths: List[Path]) -> Dict[str, torch.Tensor]:
+    """Element-wise mean of the ``model`` weights of several checkpoints (fairseq's average_checkpoints)."""
+    if not paths:
+        raise FileNotFoundError("no checkpoints to average")
+    total: Dict[str, torch.Tensor] = {}
+    for path in paths:
+        state = torch.load(path, map_location="cpu", weights_only=False)["model"]
+        for name, value in state.items():
+            value = value.double() if value.is_floating_point() else value
+            total[name] = total[name] + value if name in total and value.is_floating_point() else value
+    return {name: (v / len(paths)).float() if v.is_floating_point() else v for name, v in total.items()}
+
+
+def new_model(cfg: dict, src_vocab: Vocabulary, tgt_vocab: Vocabulary) -> nn.Module:
+    return build_model(cfg["model"], len(src_vocab), len(tgt_vocab), src_vocab.pad, tgt_vocab.pad)
+
+
+def load_model(files: RunFiles, average_last: Optional[int] = None) -> nn.Module:
+    """The run's model in eval mode: ``best.pt``, or the mean of the last ``average_last`` checkpoints."""
+    src, tgt = files.vocabs()
+    model = new_model(files.config(), src, tgt)
+    if average_last and average_last > 1:
+        paths = files.checkpoints()[-average_last:]
+        if len(paths) < average_last:
+            raise FileNotFoundError(f"{files.dir}/checkpoints holds {len(paths)} checkpoints, fewer than "
+                                    f"--average {average_last}")
+        model.load_state_dict(average_state_dicts(paths))
+    else:
+        best = files.dir / "best.pt"
+        if not best.is_file():
+            raise FileNotFoundError(f"{best} is missing: training has not validated yet (or was not started)")
+        model.load_state_dict(torch.load(best, map_location="cpu", weights_only=False)["model"])
+    return model.eval()

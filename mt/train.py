@@ -1,0 +1,289 @@
+"""Train a translation model; resume, validate, select, average and test it.
+
+    python -m mt.train --preset lstm-cpu [--out runs/mt/x] [key=value ...]
+    python -m mt.train --preset transformer-cpu model.encoder_attention.cross_layer='{kind: predictive, alpha: 0.1}'
+
+Loss: label-smoothed cross-entropy per target token (+ the weighted BAM KL when a BAM
+normalizer runs, collected by ``common.attention.aux_losses``). Adam with either an
+inverse-square-root schedule after a linear warm-up or plateau halving of the learning rate
+on validation perplexity; gradient-norm clipping. Every ``train.eval_every`` updates (or
+each epoch) the run validates (perplexity, greedy BLEU), writes a resumable checkpoint and
+keeps ``best.pt``. Rerunning the same command resumes from the newest checkpoint, with the
+same batches. At the end the best (or checkpoint-averaged) model is scored with beam search
+on the test splits; ``results.json`` and ``curves.png`` go to the run directory.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Dict, Optional, Sequence
+
+import torch
+import torch.nn.functional as F
+from omegaconf import DictConfig
+from tqdm.auto import tqdm
+
+from common import attention
+from common.utils import (Checkpointer, MetricsLogger, atomic_save, atomic_write_json, default_data_root,
+                          read_metrics, results_record, seed_everything)
+from common.utils.paths import DATA_ROOT_ENV
+
+from .batching import Batch, iterate_batches, token_batches
+from .config import load_config, to_dict
+from .data import DataError, ParallelData, Prepared, ensure_prepared, load_split
+from .evaluate import bleu_on_split
+from .plots import plot_curves
+from .run import RunFiles, load_model, new_model
+
+
+class LRSchedule:
+    """Learning rate per update: ``inverse_sqrt``, ``plateau`` halving, or ``constant``."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer, kind: str, base_lr: float, warmup: int = 0,
+                 plateau_factor: float = 0.5, plateau_start: int = 2):
+        if kind not in ("inverse_sqrt", "plateau", "constant"):
+            raise ValueError(f"schedule.kind must be inverse_sqrt, plateau or constant, got {kind!r}")
+        if kind == "inverse_sqrt" and warmup < 1:
+            raise ValueError("schedule.warmup must be >= 1 for inverse_sqrt")
+        self.optimizer, self.kind, self.base_lr, self.warmup = optimizer, kind, base_lr, warmup
+        self.factor, self.start = plateau_factor, plateau_start
+        self.scale, self.last_ppl, self.validations = 1.0, math.inf, 0
+
+    def lr(self, update: int) -> float:
+        """lr of update ``update`` (1-based): ``lr * min(u / warmup, sqrt(warmup / u))`` for inverse_sqrt."""
+        if self.kind == "inverse_sqrt":
+            return self.base_lr * min(update / self.warmup, math.sqrt(self.warmup / update))
+        return self.base_lr * self.scale
+
+    def before_update(self, update: int) -> float:
+        lr = self.lr(update)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        return lr
+
+    def after_validation(self, ppl: float) -> None:
+        """Plateau: halve when perplexity got worse than at the previous validation (from ``start`` on)."""
+        self.validations += 1
+        if self.kind == "plateau" and self.validations >= self.start and ppl > self.last_ppl:
+            self.scale *= self.factor
+        self.last_ppl = ppl
+
+    def state_dict(self) -> dict:
+        return {"scale": self.scale, "last_ppl": self.last_ppl, "validations": self.validations}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.scale, self.last_ppl, self.validations = state["scale"], state["last_ppl"], state["validations"]
+
+
+def batch_loss(model, batch: Batch, pad: int, label_smoothing: float, kl_weight: float) -> Dict[str, torch.Tensor]:
+    """Per-token label-smoothed CE (+ weighted KL) and the token count."""
+    with attention.aux_losses() as aux:
+        logits = model(batch.src, batch.src_mask, batch.tgt_in)
+    ce = F.cross_entropy(logits.flatten(0, 1).float(), batch.tgt_out.flatten(), ignore_index=pad,
+                         label_smoothing=label_smoothing)
+    kl = aux.total()
+    return {"loss": ce + kl_weight * kl, "ce": ce, "kl": kl, "tokens": batch.tgt_out.ne(pad).sum()}
+
+
+@torch.no_grad()
+def validation_loss(model, data: ParallelData, src_pad: int, tgt_pad: int, max_tokens: int) -> float:
+    """Mean cross-entropy per target token (no smoothing, posterior-mean attention)."""
+    was_training = model.training
+    model.eval()
+    total, tokens = 0.0, 0
+    for batch in iterate_batches(data, token_batches(data.src_lengths, data.tgt_lengths, max_tokens, shuffle=False),
+                                 src_pad, tgt_pad):
+        logits = model(batch.src, batch.src_mask, batch.tgt_in)
+        total += float(F.cross_entropy(logits.flatten(0, 1).float(), batch.tgt_out.flatten(), ignore_index=tgt_pad,
+                                       reduction="sum"))
+        tokens += int(batch.tgt_out.ne(tgt_pad).sum())
+    model.train(was_training)
+    return total / tokens
+
+
+class Trainer:
+    """State of one run: data, model, optimiser, schedule, checkpoints and metrics."""
+
+    def __init__(self, cfg: DictConfig, out_dir: Path, data_root: Path):
+        self.cfg, self.out_dir = cfg, out_dir
+        seed_everything(cfg.seed)
+        if cfg.train.threads:
+            torch.set_num_threads(cfg.train.threads)
+        self.prepared: Prepared = ensure_prepared(cfg.dataset, data_root, cfg.prepared_dir, cfg.data.num_merges,
+                                                  progress=lambda m: print(m, file=sys.stderr))
+        self.src_pad, self.tgt_pad = self.prepared.src_vocab.pad, self.prepared.tgt_vocab.pad
+        self.train_data = load_split(self.prepared, cfg.data.train_split, cfg.data.max_len)
+        self.valid_data = load_split(self.prepared, cfg.data.valid_split)
+        self._write_run_files()
+        self.model = new_model(to_dict(cfg), self.prepared.src_vocab, self.prepared.tgt_vocab)
+        o = cfg.optim
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=o.lr, betas=tuple(o.betas), eps=o.eps,
+                                          weight_decay=o.weight_decay)
+        s = cfg.schedule
+        self.schedule = LRSchedule(self.optimizer, s.kind, o.lr, s.warmup, s.plateau_factor, s.plateau_start)
+        self.kl = attention.KLSchedule(weight=cfg.kl.weight, kind=cfg.kl.schedule, warmup=cfg.kl.warmup,
+                                       rate=cfg.kl.rate, offset=cfg.kl.offset)
+        self.checkpointer = Checkpointer(out_dir, keep=cfg.train.keep_checkpoints)
+        state = self.checkpointer.load_latest(self.model, self.optimizer, self.schedule)
+        self.progress = {"step": 0, "epoch": 0, "batch": 0, "best": None, "best_step": None, "bad": 0,
+                         "train_seconds": 0.0, "done": False}
+        if state is not None:
+            self.progress.update(state["extra"])
+            print(f"resuming {out_dir} from update {self.progress['step']} (epoch {self.progress['epoch']}, "
+                  f"batch {self.progress['batch']})", file=sys.stderr)
+
+    def _write_run_files(self) -> None:
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(self.out_dir / "config.json", to_dict(self.cfg))
+        self.prepared.src_vocab.save(self.out_dir / "vocab.src.json")
+        self.prepared.tgt_vocab.save(self.out_dir / "vocab.tgt.json")
+        shutil.copyfile(self.prepared.bpe.codes, self.out_dir / "bpe.codes")
+
+    # ------------------------------------------------------------------ loop ----
+    def run(self) -> None:
+        cfg, p = self.cfg.train, self.progress
+        logger = MetricsLogger(self.out_dir)
+        self.model.train()
+        try:
+            while not p["done"] and p["epoch"] < cfg.max_epochs and p["step"] < cfg.max_steps:
+                self._epoch(logger)
+            p["done"] = True
+        finally:
+            logger.close()
+
+    def _epoch(self, logger: MetricsLogger) -> None:
+        cfg, p = self.cfg, self.progress
+        batches = token_batches(self.train_data.src_lengths, self.train_data.tgt_lengths, cfg.batching.max_tokens,
+                                cfg.batching.max_sentences, shuffle=True, seed=cfg.seed, epoch=p["epoch"])
+        bar = tqdm(total=len(batches), initial=p["batch"], desc=f"epoch {p['epoch'] + 1}",
+                   disable=not cfg.train.progress, leave=False)
+        window = {"loss": 0.0, "ce": 0.0, "kl": 0.0, "tokens": 0, "n": 0}
+        tick = time.perf_counter()
+        for batch in iterate_batches(self.train_data, batches, self.src_pad, self.tgt_pad, start=p["batch"]):
+            p["step"] += 1
+            p["batch"] += 1
+            lr = self.schedule.before_update(p["step"])
+            kl_weight = self.kl(p["step"])
+            out = batch_loss(self.model, batch, self.tgt_pad, cfg.optim.label_smoothing, kl_weight)
+            self.optimizer.zero_grad(set_to_none=True)
+            out["loss"].backward()
+            if cfg.optim.clip_norm > 0:
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.optim.clip_norm)
+            self.optimizer.step()
+            attention.clamp_spans(self.model)
+            for key in ("loss", "ce", "kl"):
+                window[key] += float(out[key].detach())
+            window["tokens"] += int(out["tokens"])
+            window["n"] += 1
+            bar.update(1)
+            if p["step"] % cfg.train.log_every == 0:
+                now = time.perf_counter()
+                p["train_seconds"] += now - tick
+                logger.log(p["step"], **{f"train/{k}": window[k] / window["n"] for k in ("loss", "ce", "kl")},
+                           lr=lr, kl_weight=kl_weight, tokens_per_second=window["tokens"] / (now - tick),
+                           epoch=p["epoch"], train_seconds=p["train_seconds"])
+                bar.set_postfix(loss=f"{window['loss'] / window['n']:.3f}", lr=f"{lr:.2e}")
+                window = {k: 0 for k in window}
+                tick = now
+            if cfg.train.eval_every and p["step"] % cfg.train.eval_every == 0:
+                p["train_seconds"] += time.perf_counter() - tick
+                self._validate(logger)
+                tick = time.perf_counter()
+            if p["done"] or p["step"] >= cfg.train.max_steps:
+                break
+        bar.close()
+        p["train_seconds"] += time.perf_counter() - tick
+        if p["batch"] >= len(batches):
+            p["epoch"] += 1
+            p["batch"] = 0
+            if not cfg.train.eval_every:
+                self._validate(logger)
+        elif p["step"] >= cfg.train.max_steps and p["step"] % (cfg.train.eval_every or 1) != 0:
+            self._validate(logger)
+
+    def _validate(self, logger: MetricsLogger) -> None:
+        cfg, p = self.cfg, self.progress
+        start = time.perf_counter()
+        loss = validation_loss(self.model, self.valid_data, self.src_pad, self.tgt_pad, cfg.batching.max_tokens)
+        bleu = bleu_on_split(self.model, self.prepared, cfg.data.valid_split, beam=1, length_penalty=1.0,
+                             max_len_a=cfg.eval.max_len_a, max_len_b=cfg.eval.max_len_b,
+                             batch_size=cfg.eval.batch_sentences, limit=cfg.eval.valid_bleu_sentences,
+                             detok=False)["bleu"]
+        ppl = math.exp(min(loss, 50.0))
+        self.schedule.after_validation(ppl)
+        metric = bleu if cfg.train.select == "bleu" else -loss
+        improved = p["best"] is None or metric > p["best"]
+        if improved:
+            p["best"], p["best_step"], p["bad"] = metric, p["step"], 0
+            atomic_save({"model": self.model.state_dict(), "step": p["step"], "val_bleu": bleu, "val_loss": loss},
+                        self.out_dir / "best.pt")
+        else:
+            p["bad"] += 1
+        if cfg.train.patience and p["bad"] >= cfg.train.patience:
+            p["done"] = True
+        logger.log(p["step"], **{"val/loss": loss, "val/ppl": ppl, "val/bleu": bleu, "epoch": p["epoch"],
+                                 "train_seconds": p["train_seconds"], "val_seconds": time.perf_counter() - start})
+        print(f"update {p['step']} epoch {p['epoch']}: val ppl {ppl:.2f} greedy BLEU {bleu:.2f}"
+              f"{' (best)' if improved else ''} | lr {self.schedule.lr(max(p['step'], 1)):.2e} | "
+              f"{p['train_seconds']:.0f}s training", file=sys.stderr)
+        self.checkpointer.save(p["step"], self.model, self.optimizer, self.schedule, extra=dict(p))
+
+
+def finish(trainer: Trainer, data_root: Path) -> dict:
+    """Score the selected (or averaged) model on the validation and test splits; write results."""
+    cfg, files = trainer.cfg, RunFiles(trainer.out_dir)
+    average = cfg.train.average_last if cfg.train.average_last > 1 else None
+    model = load_model(files, average_last=average)
+    e = cfg.eval
+    splits = {}
+    for split in [cfg.data.valid_split, *cfg.data.test_splits]:
+        result = bleu_on_split(model, trainer.prepared, split, e.beam, e.length_penalty, e.max_len_a, e.max_len_b,
+                               e.batch_sentences, progress=cfg.train.progress)
+        hyps = result.pop("hypotheses")
+        (trainer.out_dir / f"{split}.hyp.txt").write_text("\n".join(hyps) + "\n", encoding="utf-8")
+        splits[split] = result
+        print(f"{split}: BLEU {result['bleu']:.2f} (tokenised, lowercased) | SacreBLEU {result['sacrebleu']:.2f}",
+              file=sys.stderr)
+    curves = plot_curves(read_metrics(trainer.out_dir / "metrics.jsonl"), trainer.out_dir / "curves.png",
+                         title=f"{cfg.preset} on {cfg.dataset}")
+    p = trainer.progress
+    record = results_record(to_dict(cfg), splits=splits, best_step=p["best_step"], updates=p["step"],
+                            epochs=p["epoch"], train_seconds=p["train_seconds"], model=average and f"average of "
+                            f"last {average} checkpoints" or "best.pt", curves=curves.name,
+                            parameters=sum(t.numel() for t in model.parameters()))
+    atomic_write_json(trainer.out_dir / "results.json", record)
+    return record
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m mt.train", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--preset", default="lstm-cpu",
+                        help="mt/configs/<preset>.yaml: lstm, lstm-cpu, transformer-lite, transformer-base, "
+                             "transformer-cpu")
+    parser.add_argument("--config", default=None, help="a YAML file layered over the preset")
+    parser.add_argument("--out", default=None, help="run directory (default: out_dir or runs/mt/<dataset>/<preset>)")
+    parser.add_argument("--data-root", default=None, help=f"data root (default: ${DATA_ROOT_ENV})")
+    parser.add_argument("overrides", nargs="*", help="key=value config overrides, e.g. optim.lr=1e-3")
+    args = parser.parse_args(argv)
+    try:
+        cfg = load_config(args.preset, args.overrides, args.config)
+        if args.data_root:
+            cfg.data_root = args.data_root
+        data_root = default_data_root(cfg.data_root)
+        out_dir = Path(args.out or cfg.out_dir or Path("runs") / "mt" / cfg.dataset / args.preset)
+        trainer = Trainer(cfg, out_dir, data_root)
+        trainer.run()
+        finish(trainer, data_root)
+    except (DataError, FileNotFoundError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"results: {out_dir / 'results.json'}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
