@@ -11,7 +11,6 @@ import os
 from pathlib import Path
 from typing import List, Set, Union
 
-import h5py
 import numpy as np
 import torch
 
