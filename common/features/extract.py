@@ -11,7 +11,6 @@ the fixed files). Boxes are the proposals themselves, not the class-regressed bo
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, List, Protocol, Tuple, Union
@@ -20,12 +19,12 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from .formats._common import trailing_image_id
 from .store import RegionFeatureError
 from .writer import RegionFeatureWriter
 
 PathLike = Union[str, os.PathLike]
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
-_TRAILING_DIGITS = re.compile(r"(\d+)$")
 
 
 @dataclass
@@ -122,10 +121,10 @@ def image_files(paths: Iterable[PathLike]) -> List[Tuple[int, Path]]:
         for candidate in candidates:
             if candidate.suffix.lower() not in IMAGE_SUFFIXES:
                 continue
-            match = _TRAILING_DIGITS.search(candidate.stem)
-            if not match:
+            image_id = trailing_image_id(candidate.stem)
+            if image_id is None:
                 raise RegionFeatureError(f"{candidate}: the file name does not end in a numeric image id")
-            found.append((int(match.group(1)), candidate))
+            found.append((image_id, candidate))
     if not found:
         raise RegionFeatureError(f"no {'/'.join(IMAGE_SUFFIXES)} images in {[str(p) for p in paths]}")
     return found

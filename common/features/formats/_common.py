@@ -4,11 +4,12 @@ from __future__ import annotations
 import base64
 import binascii
 import csv
+import re
 import sys
 import zipfile
 import zlib
 from pathlib import Path
-from typing import Callable, Iterator, Sequence, Tuple
+from typing import Callable, Iterator, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -16,6 +17,13 @@ import torch
 from ..store import RegionFeatureError, RegionFeatures
 
 Skip = Callable[[int], bool]
+_TRAILING_DIGITS = re.compile(r"(\d+)$")
+
+
+def trailing_image_id(name: str) -> Optional[int]:
+    """The image id at the end of a COCO-style name (``COCO_val2014_000000273052`` -> 273052), or None."""
+    match = _TRAILING_DIGITS.search(name)
+    return int(match.group(1)) if match else None
 
 
 def never(image_id: int) -> bool:

@@ -10,27 +10,25 @@ from __future__ import annotations
 
 import csv
 import os
-import re
 from pathlib import Path
 from typing import Iterable, Iterator, Union
 
 import numpy as np
 
 from ..store import RegionFeatureError, RegionFeatures
-from ._common import Skip, decode_field, encode_field, int_field, never, record, tsv_rows
+from ._common import Skip, decode_field, encode_field, int_field, never, record, trailing_image_id, tsv_rows
 
 FIELDNAMES = ("img_id", "img_h", "img_w", "objects_id", "objects_conf", "attrs_id", "attrs_conf", "num_boxes",
               "boxes", "features")
 PathLike = Union[str, os.PathLike]
-_TRAILING_DIGITS = re.compile(r"(\d+)$")
 
 
 def image_id_of(name: str, where: str) -> int:
     """``COCO_val2014_000000273052`` -> 273052 (the trailing digits of LXMERT's ``img_id``)."""
-    match = _TRAILING_DIGITS.search(name)
-    if not match:
+    image_id = trailing_image_id(name)
+    if image_id is None:
         raise RegionFeatureError(f"{where}: field 'img_id' is {name!r}, which does not end in the numeric image id")
-    return int(match.group(1))
+    return image_id
 
 
 def read(path: PathLike, skip: Skip = never) -> Iterator[RegionFeatures]:
