@@ -1,0 +1,93 @@
+"""vqa.train / vqa.evaluate end to end on the fixture: files, resumption, noise and Monte Carlo
+paths, MCAN's learning-rate schedule, clear errors."""
+import json
+
+import pytest
+import torch
+
+from common.metrics import expected_calibration_error
+from vqa import evaluate as vqa_evaluate
+from vqa import train as vqa_train
+from vqa.evaluation import load_submission
+
+from .conftest import TINY
+
+SMALL = [f"model.{k}={v}" for k, v in TINY.items()] + ["train.batch_size=10", "train.eval_batch_size=25",
+                                                      "train.log_every=2"]
+
+
+def test_mcan_learning_rate_schedule():
+    factors = [vqa_train.lr_factor(u, 10, 3, [10, 12], 0.2) for u in range(1, 131)]
+    assert factors[0] == factors[9] == 0.25           # epoch 1: 1/4
+    assert factors[10] == factors[19] == 0.5          # epoch 2: 2/4
+    assert factors[20] == factors[29] == 0.75         # epoch 3: 3/4
+    assert factors[30] == factors[99] == 1.0          # epochs 4-10
+    assert factors[100] == pytest.approx(0.2) and factors[119] == pytest.approx(0.2)   # from epoch 11 (index 10)
+    assert factors[120] == pytest.approx(0.04)        # epoch 13 (index 12)
+
+
+def test_feature_noise_leaves_padding_zero():
+    features = torch.ones(2, 5, 3)
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], dtype=torch.bool)
+    features[~mask] = 0
+    noisy = vqa_train.add_feature_noise(features, mask, 2.0, torch.Generator().manual_seed(0))
+    assert (noisy[~mask] == 0).all() and not torch.equal(noisy[mask], features[mask])
+    big = vqa_train.add_feature_noise(torch.zeros(1, 20000, 1), torch.ones(1, 20000, dtype=torch.bool), 2.0)
+    assert big.std().item() == pytest.approx(2.0, rel=0.05)
+    assert vqa_train.add_feature_noise(features, mask, 0.0) is features
+
+
+def test_confidence_view_gives_the_calibration_of_confidences():
+    confidence = torch.tensor([0.9, 0.9, 0.2, 0.2], dtype=torch.double)
+    correct = torch.tensor([True, False, False, False])
+    probs, targets = vqa_evaluate.confidence_view(confidence, correct)
+    # bins: {0.9: acc 0.5}, {0.2: acc 0} -> ECE = 0.5 * 0.4 + 0.5 * 0.2
+    assert expected_calibration_error(probs, targets, num_bins=10) == pytest.approx(0.3)
+
+
+def test_train_resume_and_evaluate(vqa_fixture, tmp_path):
+    out = tmp_path / "run"
+    common = ["--data-root", str(vqa_fixture.root), "--out", str(out), "--attention", "bam-wc", "--no-progress",
+              "kl.weight=0.01", *SMALL]
+    assert vqa_train.main([*common, "--epochs", "1"]) == 0
+    first = json.loads((out / "results.json").read_text())
+    assert len(first["epochs"]) == 1 and first["config"]["attention"]["name"] == "bam-wc"
+    assert first["environment"]["packages"]["torch"] and first["questions_per_second_train"] > 0
+    assert set(first["final_eval"]["per_answer_type"]) == {"yes/no", "number", "other"}
+    assert vqa_train.main([*common, "--epochs", "2"]) == 0        # resumes after epoch 1
+    second = json.loads((out / "results.json").read_text())
+    assert [e["epoch"] for e in second["epochs"]] == [0, 1]
+    assert second["epochs"][0] == first["epochs"][0]
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step_0.pt", "step_1.pt"]
+    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert any("train/kl" in r and r["train/kl"] > 0 for r in lines) and any("val/accuracy" in r for r in lines)
+    assert len(load_submission(out / "val_predictions.json")) == 50
+
+    report_path = tmp_path / "eval.json"
+    assert vqa_evaluate.main([str(out), "--noise-std", "3.0", "--mc-samples", "3", "--no-progress",
+                              "--out", str(report_path)]) == 0
+    report = json.loads(report_path.read_text())
+    assert report["conditions"]["clean"]["accuracy"]["overall"] == second["final_eval"]["overall"]
+    noisy = report["conditions"]["noise_3"]
+    assert noisy["noise_std"] == 3.0 and load_submission(noisy["results_file"]) != load_submission(
+        report["conditions"]["clean"]["results_file"])
+    for condition in report["conditions"].values():
+        mc = condition["mc"]
+        assert 0 <= mc["pavpu"] <= 100 and 0 <= mc["ece"] <= 100 and mc["samples"] == 3
+        assert (tmp_path / f"reliability_val_{'clean' if condition['noise_std'] == 0 else 'noise_3'}.png").stat().st_size
+
+
+def test_resuming_with_another_config_is_refused(vqa_fixture, tmp_path, capsys):
+    out = tmp_path / "run"
+    (out).mkdir()
+    (out / "config.json").write_text(json.dumps({"seed": 123}))
+    code = vqa_train.main(["--data-root", str(vqa_fixture.root), "--out", str(out), "--epochs", "1", *SMALL])
+    assert code == 2 and "holds a run with a different config" in capsys.readouterr().err
+
+
+def test_missing_data_is_a_clear_error(tmp_path, capsys):
+    code = vqa_train.main(["--data-root", str(tmp_path), "--out", str(tmp_path / "run"), "--epochs", "1"])
+    err = capsys.readouterr().err
+    assert code == 2 and "v2_OpenEnded_mscoco_train2014_questions.json does not exist" in err
+    assert vqa_train.main(["--data-root", str(tmp_path), "model.hiden=3"]) == 2
+    assert "model.hiden" in capsys.readouterr().err
