@@ -198,6 +198,10 @@ def test_mcan_npz_missing_key_and_truncated_file(tmp_path):
     with pytest.raises(RegionFeatureError, match=r"COCO_val2014_000000000005\.jpg\.npz: key\(s\) \['bbox', 'image_h', "
                                                  r"'image_w'\] missing"):
         list(mcan_npz.read(directory))
+    np.savez(directory / "COCO_val2014_000000000005.jpg.npz", x=np.zeros((3, DIM)), bbox=np.zeros((3, 4)),
+             image_h=480, image_w=640)
+    with pytest.raises(RegionFeatureError, match=r"key 'x' has shape \(3, 16\), expected \[D, N\] with N = 3 boxes"):
+        list(mcan_npz.read(directory))
     mcan_npz.write(directory, [expected(5)])
     path = directory / "COCO_val2014_000000000005.jpg.npz"
     path.write_bytes(path.read_bytes()[:300])

@@ -37,10 +37,11 @@ def read(directory: PathLike, skip: Skip = never) -> Iterator[RegionFeatures]:
             continue
         data = npz_arrays(path, KEYS)
         where = f"{path} (image id {image_id})"
-        x = data["x"]
-        if x.ndim != 2:
-            raise RegionFeatureError(f"{where}: key 'x' has shape {x.shape}, expected [D, N]")
-        yield record(image_id, x.T, data["bbox"], int(data["image_h"]), int(data["image_w"]), where)
+        x, boxes = data["x"], data["bbox"]
+        if x.ndim != 2 or x.shape[1] != len(boxes):
+            raise RegionFeatureError(f"{where}: key 'x' has shape {x.shape}, expected [D, N] with N = {len(boxes)} "
+                                     f"boxes in 'bbox' (MCAN stores features transposed)")
+        yield record(image_id, x.T, boxes, int(data["image_h"]), int(data["image_w"]), where)
 
 
 def count(directory: PathLike) -> int:
