@@ -11,7 +11,7 @@ is not included (``benchmarks/features.py`` measures the feature store).
   scheduled sampling 0.25, NLL (+ BAM KL), backward, gradient clipping, Adam.
 * ``greedy`` / ``beam5``: decoding 50 images to at most 16 words in eval mode.
 
-Times are medians of ``--repeats`` runs after a warm-up, written to
+Wall and process CPU times are medians of ``--repeats`` runs after a warm-up, written to
 ``benchmarks/results/captioning.json``.
 """
 from __future__ import annotations
@@ -39,14 +39,17 @@ REGIONS, FEATURE_DIM, WORDS = 36, 2048, 16
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 
 
-def median_seconds(fn: Callable[[], None], repeats: int) -> float:
+def median_seconds(fn: Callable[[], None], repeats: int) -> dict:
+    """Median wall seconds of ``fn`` and the median CPU seconds this process spent (all threads);
+    on a CPU shared with other jobs, wall >> cpu / threads says the numbers are contended."""
     fn()  # warm-up
-    times = []
+    wall, cpu = [], []
     for _ in range(repeats):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        wall.append(time.perf_counter() - start)
+        cpu.append(time.process_time() - start_cpu)
+    return {"wall": statistics.median(wall), "cpu": statistics.median(cpu)}
 
 
 def inputs(images: int, captions_per_image: int = 5):
@@ -86,12 +89,9 @@ def measure(name: str, repeats: int) -> dict:
     # an untrained model rarely emits <eos>: every caption runs the full 16 steps (the worst case)
     seconds = {"train": median_seconds(train_step, repeats), "greedy": median_seconds(decode(1), repeats),
                "beam5": median_seconds(decode(5), repeats)}
-    return {
-        "train": {"seconds_per_step": seconds["train"], "images_per_second": 10 / seconds["train"],
-                  "captions_per_second": 50 / seconds["train"]},
-        "greedy": {"seconds_per_batch": seconds["greedy"], "images_per_second": 50 / seconds["greedy"]},
-        "beam5": {"seconds_per_batch": seconds["beam5"], "images_per_second": 50 / seconds["beam5"]},
-    }
+    images = {"train": 10, "greedy": 50, "beam5": 50}
+    return {name: {"images": images[name], "wall_seconds": t["wall"], "cpu_seconds": t["cpu"],
+                   "images_per_second": images[name] / t["wall"]} for name, t in seconds.items()}
 
 
 def main() -> None:
