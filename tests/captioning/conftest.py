@@ -1,5 +1,3 @@
-from pathlib import Path
-
 import pytest
 
 from captioning.fixtures import write_karpathy_fixture

@@ -1,13 +1,12 @@
 import json
 
+import pytest
 import torch
 
 from captioning import evaluate, prepare, train, visualize
 from captioning.config import load_config
 from captioning.fixtures import DEMO_IMAGE_ID, write_karpathy_fixture
 from common.utils import read_metrics
-
-import pytest
 
 
 def test_tiny_model_overfits_20_fixture_images(coco_fixture, tiny_overrides, tmp_path):
