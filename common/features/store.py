@@ -64,13 +64,14 @@ def open_hdf5(path: Path, mode: str) -> h5py.File:
             raise RegionFeatureError(f"{path}: cannot open with mode {mode!r} ({err}); the file is open elsewhere "
                                      f"(HDF5 allows no writer beside readers): close its RegionFeatureStore or "
                                      f"writer first") from err
-        raise RegionFeatureError(f"{path}: cannot open as HDF5 ({err}); the file is truncated, corrupt or "
-                                 f"not HDF5; re-run scripts/convert_features.py to rebuild it") from err
+        raise RegionFeatureError(f"{path}: cannot open as HDF5 ({err}); the file is truncated, corrupt or not "
+                                 f"HDF5; delete it and re-run scripts/convert_features.py (or extract_features.py)"
+                                 ) from err
 
 
 def check_layout(file: h5py.File, path: Path) -> int:
     """Validate the datasets and attributes of ``layout.py``; returns the feature dimension."""
-    fix = "rebuild it with scripts/convert_features.py"
+    fix = "delete it and re-run scripts/convert_features.py (or extract_features.py)"
     if file.attrs.get("format") != layout.FORMAT:
         raise RegionFeatureError(f"{path}: attribute 'format' is {file.attrs.get('format')!r}, expected "
                                  f"{layout.FORMAT!r}: not a region-feature file; {fix}")

@@ -100,7 +100,8 @@ def test_skipped_records_are_not_decoded(tmp_path, fixtures):
 
 
 def test_convert_rejects_another_feature_dimension(tmp_path, fixtures):
-    with pytest.raises(RegionFeatureError, match=r"image id 1: 16-d features, but .*out\.h5 holds 2048-d ones; pass --feature-dim 16"):
+    with pytest.raises(RegionFeatureError,
+                       match=r"image id 1: 16-d features, but .*out\.h5 holds 2048-d ones; pass --feature-dim 16"):
         convert(readers(fixtures)["mcan-npz"], tmp_path / "out.h5", feature_dim=2048, progress=False)
 
 

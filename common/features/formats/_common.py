@@ -83,7 +83,8 @@ def record(image_id: int, features: np.ndarray, boxes: np.ndarray, height: int, 
     if height < 1 or width < 1:
         raise RegionFeatureError(f"{where}: image size {height}x{width} (height x width) must be positive")
     return RegionFeatures(image_id=int(image_id), features=torch.from_numpy(np.array(features, dtype=np.float32)),
-                          boxes=torch.from_numpy(np.array(boxes, dtype=np.float32)), image_size=(int(height), int(width)))
+                          boxes=torch.from_numpy(np.array(boxes, dtype=np.float32)),
+                          image_size=(int(height), int(width)))
 
 
 def npz_arrays(path: Path, keys: Sequence[str]) -> dict:

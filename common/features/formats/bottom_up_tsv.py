@@ -31,7 +31,8 @@ def read(path: PathLike, skip: Skip = never) -> Iterator[RegionFeatures]:
         count = int_field(row, "num_boxes", where)
         boxes = decode_field(row, "boxes", np.float32, (count, 4), where)
         features = decode_field(row, "features", np.float32, (count, -1), where)
-        yield record(image_id, features, boxes, int_field(row, "image_h", where), int_field(row, "image_w", where), where)
+        height, width = int_field(row, "image_h", where), int_field(row, "image_w", where)
+        yield record(image_id, features, boxes, height, width, where)
 
 
 def write(path: PathLike, items: Iterable[RegionFeatures]) -> Path:
