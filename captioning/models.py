@@ -7,7 +7,7 @@ Per step ``t`` with previous word ``w_{t-1}`` and LSTM state ``(h, c)``:
   context ``z_t = sum_j a_tj v_j`` (:class:`common.attention.AdditiveAttention`; BAM's
   contextual prior sees the projected regions ``W_m v_j``);
 * gates ``[i, f, o] = sigmoid(W_x x_t + W_h h_{t-1})[:3]``; the context enters the cell input
-  only: ``g = maxout(W_x x_t + W_h h_{t-1})[3:] + W_z z_t)`` over two halves;
+  only: ``g = maxout((W_x x_t + W_h h_{t-1})[3:] + W_z z_t)`` over its two halves;
 * ``c_t = f c_{t-1} + i g``, ``h_t = o tanh(c_t)``, ``log p(w_t) = log_softmax(W_o dropout(h_t))``.
 
 ``<pad>`` and ``<bos>`` get probability exactly zero, so decoding never emits them.
@@ -48,7 +48,8 @@ class Att2inCore(nn.Module):
         self.input_gates = nn.Linear(cfg.embed_dim, 5 * cfg.rnn_size)
         self.hidden_gates = nn.Linear(cfg.rnn_size, 5 * cfg.rnn_size)
         self.context_to_cell = nn.Linear(cfg.rnn_size, 2 * cfg.rnn_size)
-        self.attention = _build_attention(cfg)
+        self.attention = AdditiveAttention(cfg.rnn_size, cfg.rnn_size, cfg.att_hidden, normalizer=cfg.attention,
+                                           normalizer_options=dict(cfg.attention_options))
         self.dropout = nn.Dropout(cfg.dropout)
 
     def forward(self, word: Tensor, h: Tensor, c: Tensor, regions: Tensor, projected: Tensor,
@@ -63,11 +64,6 @@ class Att2inCore(nn.Module):
         c = forget_gate * c + in_gate * cell_input
         h = out_gate * torch.tanh(c)
         return self.dropout(h), h, c, weights
-
-
-def _build_attention(cfg: Att2inConfig) -> AdditiveAttention:
-    return AdditiveAttention(cfg.rnn_size, cfg.rnn_size, cfg.att_hidden, normalizer=cfg.attention,
-                             normalizer_options=dict(cfg.attention_options))
 
 
 class Att2in(nn.Module):

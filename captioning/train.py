@@ -120,9 +120,9 @@ def run(cfg: DictConfig, progress: bool = True) -> dict:
                                  "vocab": {"tokens": vocab.tokens[len(vocab.specials):],
                                            "specials": list(vocab.specials)},
                                  "epoch": epoch, "scores": scores}, out_dir / "best.pt")
-            logger.log(epoch, **{k: v for k, v in row.items() if k != "epoch"})
             extra["history"].append(row)
             checkpointer.save(epoch, model, optimizer, extra=extra)
+            logger.log(epoch, **{k: v for k, v in row.items() if k != "epoch"})  # after the save: no line twice
             if progress and "val/CIDEr" in row:
                 tqdm.write(f"epoch {epoch}: nll {row['train/nll']:.3f} val {format_scores(scores)}")
     results = results_record(config, attention=cfg.attention.name, best_epoch=extra["best"]["epoch"],
