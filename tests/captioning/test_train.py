@@ -1,12 +1,18 @@
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 
 from captioning import evaluate, prepare, train, visualize
 from captioning.config import load_config
-from captioning.fixtures import DEMO_IMAGE_ID, write_karpathy_fixture
+from captioning.fixtures import DEMO_IMAGE_ID, DEMO_IMAGE_SIZE, write_karpathy_fixture
+from common.features.fixtures import write_format_fixtures
 from common.utils import read_metrics
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_tiny_model_overfits_20_fixture_images(coco_fixture, tiny_overrides, tmp_path):
@@ -36,14 +42,20 @@ def test_resumed_run_equals_uninterrupted(coco_fixture, tiny_overrides, tmp_path
 
 
 @pytest.mark.realdata
-def test_pipeline_through_the_clis_and_attention_plot(tmp_path, tiny_overrides, attn_data_root, capsys):
+def test_pipeline_through_the_clis_and_attention_plot(tmp_path, tiny_overrides, attn_data_root):
+    """Anderson's TSV -> convert_features.py -> prepare -> train -> evaluate -> attention plot."""
     root = tmp_path / "data"
     paths = write_karpathy_fixture(root, split_lists=attn_data_root / "coco" / "updown", include_demo_image=True)
-    assert prepare.main(["--data-root", str(root)]) == 0
+    ids = [image["cocoid"] for image in json.loads(paths["dataset"].read_text())["images"]]
+    tsv = write_format_fixtures(tmp_path / "formats", ids, num_regions=(10, 20), image_size=DEMO_IMAGE_SIZE)
+    converted = root / "coco" / "features" / "from_tsv.h5"
+    for command in (["scripts/convert_features.py", "bottom-up-tsv", str(tsv["bottom-up-tsv"]), "--output",
+                     str(converted), "--quiet"], ["-m", "captioning.prepare", "--data-root", str(root)]):
+        subprocess.run([sys.executable, *command], cwd=REPO, check=True, capture_output=True)
     run = tmp_path / "run"
     args = [a for a in tiny_overrides(root, run) if not a.startswith(("data_root", "out_dir"))]
     assert train.main(["--attention", "bam-wc", "--data-root", str(root), "--out", str(run), "--no-progress",
-                       "train.epochs=2", "eval.metrics=[bleu,cider]", *args]) == 0
+                       "train.epochs=2", "eval.metrics=[bleu,cider]", f"data.features={converted}", *args]) == 0
     assert evaluate.main([str(run), "--split", "test", "--beam-size", "3", "--metrics", "bleu", "cider",
                           "--no-progress"]) == 0
     captions = json.loads((run / "captions_test.json").read_text())
@@ -60,7 +72,6 @@ def test_pipeline_through_the_clis_and_attention_plot(tmp_path, tiny_overrides, 
     assert visualize.main([str(run), "--image-id", str(DEMO_IMAGE_ID), "--image", str(image),
                            "--out", str(figure)]) == 0
     assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and figure.stat().st_size > 10_000
-    assert paths["features"].is_file()
 
 
 def test_box_heatmap_sums_weights_of_covering_boxes():
