@@ -11,6 +11,7 @@ adaptive per-head parameters (span ``z``, entmax ``alpha``; no decay, learning r
 """
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import List, Tuple
 
 import torch
@@ -19,6 +20,28 @@ from omegaconf import DictConfig
 from torch import nn
 
 ADAPTIVE = ("attend.span.z", "attend.normalizer.alpha_logit")
+
+
+class Lookahead(torch_optimizer.Lookahead):
+    """``torch_optimizer.Lookahead``, fixed for resuming on current torch.
+
+    * It skips ``torch.optim.Optimizer.__init__``, so the hook tables ``state_dict()`` needs are
+      missing; they are created here.
+    * Its ``load_state_dict`` leaves the wrapper and the inner optimiser with separate copies of
+      the parameter groups, so a scheduler's learning rate no longer reaches the inner
+      optimiser; the groups are shared again after loading.
+    """
+
+    def __init__(self, optimizer: torch.optim.Optimizer, k: int = 5, alpha: float = 0.5):
+        super().__init__(optimizer, k=k, alpha=alpha)
+        for table in ("step_pre", "step_post", "state_dict_pre", "state_dict_post", "load_state_dict_pre",
+                      "load_state_dict_post"):
+            setattr(self, f"_optimizer_{table}_hooks", OrderedDict())
+        self._patch_step_function()
+
+    def load_state_dict(self, state_dict) -> None:
+        super().load_state_dict(state_dict)
+        self.param_groups = self.optimizer.param_groups
 
 
 def parameter_groups(model: nn.Module, weight_decay: float, adaptive_lr_mult: float, lr: float) -> List[dict]:
@@ -44,7 +67,7 @@ def build_optimizer(model: nn.Module, cfg: DictConfig, total_steps: int) -> Tupl
     if cfg.name == "lamb_lookahead":
         inner = torch_optimizer.Lamb(groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps,
                                      weight_decay=cfg.weight_decay)
-        optimizer = torch_optimizer.Lookahead(inner, k=cfg.lookahead_k, alpha=cfg.lookahead_alpha)
+        optimizer = Lookahead(inner, k=cfg.lookahead_k, alpha=cfg.lookahead_alpha)
         scale = [g["lr"] / cfg.lr for g in groups]
         scheduler = torch.optim.lr_scheduler.CyclicLR(
             optimizer, base_lr=[cfg.lr * s for s in scale], max_lr=[cfg.max_lr * s for s in scale],

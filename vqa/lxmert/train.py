@@ -53,7 +53,7 @@ from .plots import plot_head_values
 
 CONFIG_NAME = "lxmert.yaml"
 #: keys that may change when a run is resumed (where files go, speed and logging knobs)
-RESUMABLE_KEYS = ("data_root", "out_dir", "model.pretrained", "train.epochs", "train.max_steps", "train.num_workers",
+RESUMABLE_KEYS = ("data_root", "out_dir", "model.pretrained", "train.max_steps", "train.num_workers",
                   "train.num_threads", "train.eval_batch_size", "train.log_every", "train.checkpoint_every")
 PACKAGES = ("attention-suite", "torch", "transformers", "torch-optimizer", "entmax", "h5py", "numpy", "omegaconf")
 
@@ -133,6 +133,12 @@ def measure_flops(model, cfg: DictConfig, adaptation: Adaptation, device: torch.
     return flops
 
 
+def _own_generator(seed: int) -> torch.Generator:
+    """A DataLoader's own generator: iterating it then draws nothing from the global generator, so
+    evaluation and a resumed epoch leave the training randomness (dropout, LayerDrop) as it was."""
+    return torch.Generator().manual_seed(seed)
+
+
 def _batches(size: int, batch_size: int, seed: int, epoch: int) -> List[List[int]]:
     """The epoch's shuffled batches (full batches only), fixed by ``seed`` and ``epoch``."""
     order = torch.randperm(size, generator=torch.Generator().manual_seed(seed * 1000 + epoch)).tolist()
@@ -170,17 +176,16 @@ def run(cfg: DictConfig, progress: bool = True) -> Dict:
         qs, eval_annotations, store = load_split(cfg, cfg.data.eval_split)
         eval_set = VQADataset(qs, eval_annotations, store, answers, encode, 0, cfg.data.max_regions)
         eval_loader = DataLoader(eval_set, cfg.train.eval_batch_size, collate_fn=eval_set.collate,
-                                 num_workers=cfg.train.num_workers)
+                                 num_workers=cfg.train.num_workers, generator=_own_generator(cfg.seed))
 
     model, report = prepare_model(cfg, out_dir, answers, resuming)
     model.to(device)
     steps_per_epoch = len(train_set) // cfg.train.batch_size
     if steps_per_epoch == 0:
         raise ValueError(f"train.batch_size={cfg.train.batch_size} exceeds the {len(train_set)} training questions")
-    total_steps = steps_per_epoch * cfg.train.epochs
-    if cfg.train.max_steps:
-        total_steps = min(total_steps, cfg.train.max_steps)
-    optimizer, scheduler = build_optimizer(model, cfg.optim, total_steps)
+    schedule_steps = steps_per_epoch * cfg.train.epochs  # AdamW's linear decay spans every epoch
+    total_steps = min(schedule_steps, cfg.train.max_steps) if cfg.train.max_steps else schedule_steps
+    optimizer, scheduler = build_optimizer(model, cfg.optim, schedule_steps)
     if not resuming:
         atomic_write_json(out_dir / "config.json", config)
         atomic_write_json(out_dir / "lxmert_config.json", model.config.to_dict())
@@ -199,7 +204,8 @@ def run(cfg: DictConfig, progress: bool = True) -> Dict:
             epoch, skip = divmod(step, steps_per_epoch)
             batches = _batches(len(train_set), cfg.train.batch_size, cfg.seed, epoch)[skip:]
             batches = batches[:total_steps - step]
-            loader = DataLoader(train_set, batch_sampler=batches, collate_fn=collate, num_workers=cfg.train.num_workers)
+            loader = DataLoader(train_set, batch_sampler=batches, collate_fn=collate, num_workers=cfg.train.num_workers,
+                                generator=_own_generator(cfg.seed))
             model.train()
             bar = tqdm(loader, desc=f"epoch {epoch + 1}/{cfg.train.epochs}", leave=False,
                        disable=None if progress else True, mininterval=2.0)
@@ -283,7 +289,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("--config", help="a YAML file merged over the packaged config")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.add_argument("overrides", nargs="*", metavar="key=value")
-    return parser.parse_args(argv)
+    return parser.parse_intermixed_args(argv)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

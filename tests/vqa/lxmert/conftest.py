@@ -1,6 +1,8 @@
 """Tiny random LXMERT pieces for the LXMERT tests (hidden 32, 2 heads, 2-1-2 layers, ~100 words)."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from transformers import LxmertConfig, LxmertModel
@@ -43,3 +45,37 @@ def pretrained_dir(tmp_path, config):
     torch.manual_seed(0)
     LxmertModel(config).save_pretrained(tmp_path / "pretrained")
     return tmp_path / "pretrained"
+
+
+def write_tiny_vocab(path, questions_files) -> int:
+    """A WordPiece vocabulary holding BERT's specials and every word of the given question files."""
+    import json
+    import re
+
+    words = set()
+    for file in questions_files:
+        for q in json.loads(Path(file).read_text())["questions"]:
+            words |= set(re.findall(r"\w+|[^\w\s]", q["question"].lower()))
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + sorted(words)
+    Path(path).write_text("\n".join(tokens) + "\n")
+    return len(tokens)
+
+
+@pytest.fixture(scope="session")
+def vqa_root(tmp_path_factory):
+    """A VQA fixture (8 images x 4 questions per split, 10-36 regions of 16-d features) and a tiny vocab."""
+    from vqa.fixtures import write_vqa_fixture
+
+    root = tmp_path_factory.mktemp("lxmert_vqa")
+    fixture = write_vqa_fixture(root, num_images=8, questions_per_image=4, num_regions=(10, 36), feature_dim=16)
+    size = write_tiny_vocab(root / "vocab.txt", fixture.questions.values())
+    return root, fixture, size
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models run fastest on one thread, and the test machine is shared."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

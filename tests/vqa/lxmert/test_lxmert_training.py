@@ -1,0 +1,120 @@
+"""Training: a tiny adapted LXMERT overfits fixture questions; the CLIs train, resume and evaluate."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from common.attention import aux_losses, clamp_spans
+from common.features import RegionFeatureStore
+from vqa.answers import AnswerVocab
+from vqa.data import VQADataset, load_annotations, load_questions
+from vqa.evaluation import question_accuracy, vqa_accuracy
+from vqa.lxmert import Adaptation, build_vqa_model, vqa_loss
+from vqa.lxmert import evaluate as lxmert_evaluate
+from vqa.lxmert import train as lxmert_train
+from vqa.lxmert.data import bert_encoder, model_inputs
+
+from conftest import tiny_config
+
+
+def test_tiny_span_model_overfits_fixture_questions(vqa_root):
+    root, fixture, vocab_size = vqa_root
+    answers = AnswerVocab.load(fixture.answers)
+    annotations = load_annotations(fixture.annotations["train2014"])
+    data = VQADataset(load_questions(fixture.questions["train2014"]), annotations,
+                      RegionFeatureStore(fixture.features["train2014"]), answers, bert_encoder(root / "vocab.txt", 20))
+    batch = data.collate([data[i] for i in range(len(data))])
+    inputs = model_inputs(batch, torch.device("cpu"))
+    torch.manual_seed(0)
+    config = tiny_config(vocab_size=vocab_size, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    model = build_vqa_model(config, len(answers), Adaptation.from_dict({"span": {}}))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
+
+    def accuracy():
+        model.eval()
+        with torch.no_grad():
+            best = model(**inputs).question_answering_score.argmax(-1).tolist()
+        model.train()
+        return vqa_accuracy(annotations, {q: answers.answer(i) for q, i in zip(batch["question_id"].tolist(), best)})
+
+    before = accuracy().overall
+    losses = []
+    for _ in range(250):
+        with aux_losses() as aux:
+            logits = model(**inputs).question_answering_score
+        loss = vqa_loss(logits, batch["target"]) + aux.total()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        clamp_spans(model)
+        losses.append(loss.item())
+    ceiling = 100 * sum(max(question_accuracy(a, [h["answer"] for h in x["answers"]]) for a in answers.answers)
+                        for x in annotations) / len(annotations)
+    assert before < 30 and ceiling > 90
+    assert accuracy().overall > 75 and losses[-1] < 0.2 * losses[0]
+
+
+def _train_args(root, out, *extra):
+    random_init = ("model.random_init={vocab_size: 48, hidden_size: 32, num_attention_heads: 2, "
+                   "intermediate_size: 64, l_layers: 4, x_layers: 2, r_layers: 2, visual_feat_dim: 16}")
+    return ["--data-root", str(root), "--out", str(out), "--no-progress", "data.answers=vqa/mcan/answer_dict.json",
+            "data.vocab=vocab.txt", random_init, "train.batch_size=8", "train.log_every=1", *extra]
+
+
+def _weights(out):
+    return torch.load(sorted((out / "checkpoints").glob("*.pt"))[-1], weights_only=False)["model"]
+
+
+def test_train_cli_resumes_exactly_and_evaluate_reproduces_its_accuracy(vqa_root, tmp_path, capsys):
+    root, _, _ = vqa_root
+    variant = ["--variant", "layerdrop", "model.adaptation.layerdrop={language: 2, vision: 1, cross: 1}",
+               "model.adaptation.span={language: {max_span: 20}}"]
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    assert lxmert_train.main(_train_args(root, straight, *variant, "train.epochs=2")) == 0
+    assert lxmert_train.main(_train_args(root, resumed, *variant, "train.epochs=2", "train.max_steps=3")) == 0
+    assert lxmert_train.main(_train_args(root, resumed, *variant, "train.epochs=2")) == 0
+    a, b = _weights(straight), _weights(resumed)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+    results = json.loads((straight / "results.json").read_text())
+    assert results["steps"] == 8 and [e["step"] for e in results["epochs"]] == [4, 8]
+    flops = results["flops_per_question"]
+    assert flops["pruned"] < flops["full"]
+    assert results["environment"]["packages"]["transformers"]
+    assert (straight / "spans.png").stat().st_size > 0 and not (straight / "alphas.png").exists()
+    logged = [json.loads(line) for line in (straight / "metrics.jsonl").read_text().splitlines()]
+    assert logged[0]["step"] == 0 and logged[0]["span/language.0/h0"] == 20.0    # z starts at 1
+    assert any("train/span_penalty" in r for r in logged)
+
+    capsys.readouterr()
+    assert lxmert_evaluate.main(["--run", str(straight), "--no-progress"]) == 0
+    evaluated = json.loads((straight / "eval_val.json").read_text())
+    assert evaluated["accuracy"]["overall"] == results["final_eval"]["overall"]
+    assert evaluated["pruned"] and evaluated["flops_per_question"] == flops
+    submission = json.loads((straight / "val_predictions.json").read_text())
+    assert len(submission) == 32 and set(submission[0]) == {"question_id", "answer"}
+
+
+def test_missing_pretrained_directory_is_a_clear_cli_error(vqa_root, tmp_path, capsys):
+    root, _, _ = vqa_root
+    args = ["--data-root", str(root), "--out", str(tmp_path / "run"), "--no-progress",
+            "data.answers=vqa/mcan/answer_dict.json", "data.vocab=vocab.txt", "--pretrained", str(tmp_path / "none")]
+    assert lxmert_train.main(args) == 2
+    err = capsys.readouterr().err
+    assert "none/config.json does not exist" in err and "huggingface-cli download" in err
+
+
+def test_unknown_variant_lists_the_known_ones():
+    with pytest.raises(ValueError, match=r"unknown variant 'sparse'.*'entmax'"):
+        lxmert_train.load_config("sparse")
+
+
+def test_packaged_variants_build_their_adaptations():
+    span = lxmert_train.adaptation_of(lxmert_train.load_config("span"))
+    assert (span.span.language.max_span, span.span.vision.max_span, span.span.init) == (20, 36, 1.0)
+    layerdrop = lxmert_train.adaptation_of(lxmert_train.load_config("layerdrop"))
+    assert (layerdrop.layerdrop.language, layerdrop.layerdrop.vision, layerdrop.layerdrop.cross) == (1, 1, 1)
+    entmax = lxmert_train.adaptation_of(lxmert_train.load_config("entmax", ["optim.name=adamw"]))
+    assert entmax.normalizer == "entmax" and entmax.normalizer_options == {"alpha": 1.5}

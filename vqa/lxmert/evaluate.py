@@ -1,0 +1,108 @@
+"""Evaluate a fine-tuned LXMERT run on a split; write predictions (official format) and accuracy.
+
+    python -m vqa.lxmert.evaluate --run runs/lxmert/layerdrop [--split val|test] [--no-prune] [--data-root DIR]
+
+Reads the run's ``config.json``, ``lxmert_config.json``, ``answers.json`` and newest checkpoint.
+Writes ``<run>/<split>_predictions.json`` (``[{"question_id", "answer"}]``, the format the VQA
+evaluation server takes for test-dev/test-std) and ``<run>/eval_<split>.json`` (official accuracy
+when the split has annotations, FLOPs per question, which layers ran, config and versions). The
+span/alpha plots are redrawn from ``metrics.jsonl``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Dict, Optional, Sequence
+
+import torch
+from omegaconf import OmegaConf
+from torch.utils.data import DataLoader
+from transformers import LxmertConfig
+
+from common.utils import Checkpointer, atomic_write_json, results_record
+from vqa.answers import AnswerVocab
+from vqa.data import VQADataError, VQADataset
+from vqa.evaluation import vqa_accuracy, write_submission
+from vqa.train import answers_of, data_path, load_split
+
+from .data import bert_encoder
+from .model import build_vqa_model
+from .plots import plot_head_values
+from .train import adaptation_of, measure_flops, predict
+
+
+def load_run(run_dir: Path, data_root: Optional[str] = None):
+    """The run's config (``data_root`` replaced when given), answers and model with its newest weights."""
+    for name in ("config.json", "lxmert_config.json", "answers.json"):
+        if not (run_dir / name).is_file():
+            raise FileNotFoundError(f"{run_dir / name} does not exist; --run must be an output directory of "
+                                    f"python -m vqa.lxmert.train")
+    cfg = OmegaConf.create(json.loads((run_dir / "config.json").read_text()))
+    if data_root is not None:
+        cfg.data_root = data_root
+    answers = AnswerVocab.load(run_dir / "answers.json")
+    config = LxmertConfig.from_dict(json.loads((run_dir / "lxmert_config.json").read_text()))
+    model = build_vqa_model(config, len(answers), adaptation_of(cfg))
+    checkpointer = Checkpointer(run_dir)
+    state = checkpointer.load_latest(model)
+    if state is None:
+        raise FileNotFoundError(f"{run_dir / 'checkpoints'} holds no checkpoint; train first")
+    return cfg, answers, model, checkpointer.paths()[-1]
+
+
+def evaluate_run(run_dir: Path, split: Optional[str] = None, data_root: Optional[str] = None, prune: bool = True,
+                 batch_size: Optional[int] = None, progress: bool = True) -> Dict:
+    run_dir = Path(run_dir)
+    cfg, answers, model, checkpoint = load_run(run_dir, data_root)
+    split = split or cfg.data.eval_split
+    if not split:
+        raise ValueError("the run has no data.eval_split; pass --split")
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model.to(device)
+    adaptation = adaptation_of(cfg)
+    questions, annotations, store = load_split(cfg, split)
+    encode = bert_encoder(data_path(cfg, cfg.data.vocab), cfg.data.max_words)
+    dataset = VQADataset(questions, annotations, store, answers, encode, 0, cfg.data.max_regions)
+    loader = DataLoader(dataset, batch_size or cfg.train.eval_batch_size, collate_fn=dataset.collate,
+                        num_workers=cfg.train.num_workers)
+    ids, logits = predict(model, loader, device, prune, adaptation, progress)
+    predictions = answers_of(ids, logits, answers)
+    predictions_path = write_submission(run_dir / f"{split}_predictions.json", predictions)
+    kept = {stack: getattr(adaptation.layerdrop, stack) for stack in ("language", "vision", "cross")}
+    for kind in ("span", "alpha"):
+        if (run_dir / "metrics.jsonl").is_file():
+            plot_head_values(run_dir / "metrics.jsonl", kind, run_dir / f"{kind}s.png")
+    record = results_record(
+        OmegaConf.to_container(cfg), split=split, checkpoint=str(checkpoint), questions=len(dataset),
+        accuracy=vqa_accuracy(annotations, predictions).summary() if annotations is not None else None,
+        pruned=prune and adaptation.layerdrop.active, layers_pruned_per_stack=kept if prune else None,
+        flops_per_question=measure_flops(model, cfg, adaptation, device), predictions=str(predictions_path))
+    atomic_write_json(run_dir / f"eval_{split}.json", record)
+    return record
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m vqa.lxmert.evaluate", description=__doc__.split("\n")[0])
+    parser.add_argument("--run", required=True, help="output directory of python -m vqa.lxmert.train")
+    parser.add_argument("--split", help="a split of data.splits (default: the run's data.eval_split)")
+    parser.add_argument("--data-root", help="data root (default: the run's, else $ATTN_DATA_ROOT)")
+    parser.add_argument("--no-prune", action="store_true", help="run every layer even when LayerDrop was trained")
+    parser.add_argument("--batch-size", type=int, help="evaluation batch size (default: the run's)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    args = parser.parse_args(argv)
+    try:
+        record = evaluate_run(Path(args.run), args.split, args.data_root, not args.no_prune, args.batch_size,
+                              not args.no_progress)
+    except (VQADataError, FileNotFoundError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    accuracy = record["accuracy"]
+    summary = f"accuracy {accuracy['overall']:.2f}" if accuracy else "no annotations (predictions only)"
+    print(f"{record['split']}: {record['questions']} questions, {summary} -> {Path(args.run) / ('eval_' + record['split'] + '.json')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
