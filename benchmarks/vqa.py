@@ -1,0 +1,131 @@
+"""MCAN-small throughput: questions per second in training and inference, BAM vs softmax.
+
+    python benchmarks/vqa.py [--attention softmax bam-wc] [--batch-size 16] [--repeats 5] [--threads 2]
+
+One run measures every attention variant side by side on the same synthetic batch (MCAN-small:
+hidden 512, 8 heads, 6 + 6 layers, 14 question tokens, 100 regions of 2048-d features, 3,129
+answers), timings interleaved (softmax, bam-wc, softmax, ...) so that load from other
+processes hits all alike; the median of ``--repeats`` is reported.
+
+* ``train``: one update as ``vqa.train`` runs it: forward inside ``aux_losses()`` (BAM: one
+  sample and the KL of all 26 attentions), summed BCE + 0.01 * KL, backward, Adam step.
+* ``inference``: eval mode under ``no_grad`` (BAM: the posterior mean).
+
+Writes ``benchmarks/results/vqa.json`` with questions/s and the ratio of each variant's time to
+softmax's (issue 7's target: BAM within 1.3x of softmax).
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Dict
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from common import attention  # noqa: E402
+from common.utils import atomic_write_json, environment  # noqa: E402
+from vqa.mcan import MCAN, MCANConfig  # noqa: E402
+
+OUT = Path(__file__).resolve().parent / "results" / "vqa.json"
+
+
+def synthetic_batch(batch: int, length: int, regions: int, vocab: int, answers: int, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(2, vocab, (batch, length), generator=g)
+    lengths = torch.randint(4, length + 1, (batch,), generator=g)
+    q_mask = torch.arange(length) < lengths.unsqueeze(1)
+    tokens[~q_mask] = 0
+    counts = torch.randint(10, regions + 1, (batch,), generator=g)
+    r_mask = torch.arange(regions) < counts.unsqueeze(1)
+    features = torch.rand(batch, regions, 2048, generator=g) * r_mask.unsqueeze(-1)
+    target = (torch.rand(batch, answers, generator=g) > 0.999).float()
+    return (tokens, q_mask, features, r_mask), target
+
+
+def train_step(model: MCAN, optimizer, inputs, target) -> Callable[[], None]:
+    def step():
+        model.train()
+        optimizer.zero_grad(set_to_none=True)
+        with attention.aux_losses() as aux:
+            logits = model(*inputs)
+        loss = F.binary_cross_entropy_with_logits(logits, target, reduction="sum") + 0.01 * aux.total()
+        loss.backward()
+        optimizer.step()
+    return step
+
+
+def inference_step(model: MCAN, inputs) -> Callable[[], None]:
+    def step():
+        model.eval()
+        with torch.no_grad():
+            model(*inputs)
+    return step
+
+
+def interleaved(fns: Dict[str, Callable[[], None]], repeats: int, warmup: int = 1) -> Dict[str, float]:
+    """Median seconds of each function, timed in alternation."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    times = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--attention", nargs="+", default=["softmax", "bam-wc"])
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--regions", type=int, default=100)
+    parser.add_argument("--question-len", type=int, default=14)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=OUT)
+    args = parser.parse_args(argv)
+    if "softmax" not in args.attention:
+        parser.error("--attention must include softmax, the reference of the ratios")
+    torch.set_num_threads(args.threads)
+    vocab, answers = 20_000, 3129
+    inputs, target = synthetic_batch(args.batch_size, args.question_len, args.regions, vocab, answers)
+    train_fns, infer_fns = {}, {}
+    for name in args.attention:
+        torch.manual_seed(0)
+        model = MCAN(MCANConfig(vocab_size=vocab, num_answers=answers, attention=name))
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
+        train_fns[name] = train_step(model, optimizer, inputs, target)
+        infer_fns[name] = inference_step(model, inputs)
+    start = time.perf_counter()
+    train = interleaved(train_fns, args.repeats)
+    infer = interleaved(infer_fns, args.repeats)
+    results = {
+        name: {
+            "train_seconds_per_batch": train[name], "inference_seconds_per_batch": infer[name],
+            "train_questions_per_second": args.batch_size / train[name],
+            "inference_questions_per_second": args.batch_size / infer[name],
+            "train_time_vs_softmax": train[name] / train["softmax"],
+            "inference_time_vs_softmax": infer[name] / infer["softmax"],
+        } for name in args.attention
+    }
+    payload = {"benchmark": "MCAN-small questions/s", "batch_size": args.batch_size, "regions": args.regions,
+               "question_len": args.question_len, "repeats": args.repeats, "threads": args.threads,
+               "wall_seconds": time.perf_counter() - start, "results": results, "environment": environment()}
+    atomic_write_json(args.out, payload)
+    for name, r in results.items():
+        print(f"{name:10s} train {r['train_questions_per_second']:7.1f} q/s ({r['train_time_vs_softmax']:.2f}x softmax)"
+              f"  inference {r['inference_questions_per_second']:7.1f} q/s ({r['inference_time_vs_softmax']:.2f}x)")
+    print(f"-> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
