@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from captioning import evaluate, prepare, train, visualize
+from captioning import evaluate, train, visualize
 from captioning.config import load_config
 from captioning.fixtures import DEMO_IMAGE_ID, DEMO_IMAGE_SIZE, write_karpathy_fixture
 from common.features.fixtures import write_format_fixtures
