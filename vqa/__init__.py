@@ -1,1 +1,10 @@
-"""Visual question answering: MCAN and LXMERT with the suite's attention variants (in progress)."""
+"""Visual question answering on VQA v2: MCAN (``vqa.mcan``) and LXMERT adaptive fine-tuning
+(``vqa.lxmert``) with the suite's attention variants.
+
+* ``vqa.answers``: the official answer normalisation, MCAN's soft scores, ``AnswerVocab``;
+* ``vqa.data``: official questions/annotations files, MCAN's tokeniser, GloVe, ``VQADataset``;
+* ``vqa.evaluation``: the official accuracy and results format;
+* ``vqa.fixtures``: a small dataset in the official formats for tests and demos;
+* ``python -m vqa.train`` / ``python -m vqa.evaluate``: MCAN training, and evaluation on
+  clean and noisy features with Monte Carlo uncertainty (PAvPU, ECE).
+"""
