@@ -33,7 +33,8 @@ from .prepare import CaptionDataError
 
 
 def caption_images(model: Att2in, dataset: CaptionDataset, vocab: Vocabulary, beam_size: int = 1,
-                   max_length: int = 16, batch_size: int = 50, progress: bool = True) -> dict[int, str]:
+                   max_length: int = 16, batch_size: int = 50, progress: bool = True,
+                   length_penalty: float = 0.0) -> dict[int, str]:
     """``{image_id: caption}`` for every image of ``dataset`` (model in eval mode: BAM's posterior mean)."""
     model.eval()
     # its own generator: creating the iterator must not draw from (and so change) the training RNG
@@ -41,7 +42,7 @@ def caption_images(model: Att2in, dataset: CaptionDataset, vocab: Vocabulary, be
                         generator=torch.Generator())
     captions = {}
     for batch in tqdm(loader, desc=f"decoding (beam {beam_size})", leave=False, disable=None if progress else True):
-        tokens = model.generate(batch["features"], batch["mask"], vocab.eos, max_length, beam_size)
+        tokens = model.generate(batch["features"], batch["mask"], vocab.eos, max_length, beam_size, length_penalty)
         for image_id, row in zip(batch["image_ids"].tolist(), tokens.tolist()):
             captions[image_id] = " ".join(vocab.decode(row))
     return captions
@@ -63,7 +64,8 @@ def load_checkpoint(path: Path) -> tuple[Att2in, dict, Vocabulary]:
 
 def evaluate_checkpoint(path: Path, split: str = "test", beam_size: int = 5, max_length: int = 16,
                         data_root: Optional[str] = None, max_images: Optional[int] = None,
-                        metrics: Sequence[str] = METRICS, batch_size: int = 50, progress: bool = True) -> dict:
+                        metrics: Sequence[str] = METRICS, batch_size: int = 50, progress: bool = True,
+                        length_penalty: float = 0.0) -> dict:
     """Decode and score ``split``; writes ``captions_<split>.json`` and ``results_<split>.json``."""
     model, checkpoint, vocab = load_checkpoint(path)
     cfg = OmegaConf.create(checkpoint["config"])
@@ -77,13 +79,13 @@ def evaluate_checkpoint(path: Path, split: str = "test", beam_size: int = 5, max
     store = RegionFeatureStore(data_path(cfg, cfg.data.features))
     dataset = CaptionDataset(images, store, vocab, corpus.max_length, with_captions=False)
     start = time.perf_counter()
-    captions = caption_images(model, dataset, vocab, beam_size, max_length, batch_size, progress)
+    captions = caption_images(model, dataset, vocab, beam_size, max_length, batch_size, progress, length_penalty)
     decode_seconds = time.perf_counter() - start
     scores = score_captions(captions, corpus.references(images), metrics)
     out_dir = (path if path.is_dir() else path.parent)
     atomic_write_json(out_dir / f"captions_{split}.json", coco_results(captions))
     results = results_record(checkpoint["config"], checkpoint=str(path), split=split, images=len(images),
-                             beam_size=beam_size, max_length=max_length, scores=scores,
+                             beam_size=beam_size, length_penalty=length_penalty, max_length=max_length, scores=scores,
                              decode_seconds=decode_seconds, images_per_second=len(images) / decode_seconds)
     atomic_write_json(out_dir / f"results_{split}.json", results)
     return results
@@ -99,6 +101,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--split", default="test", help="test (default), val, train or restval")
     parser.add_argument("--beam-size", type=int, default=5, help="1 = greedy (default 5)")
     parser.add_argument("--max-length", type=int, default=16, help="generated words at most (default 16)")
+    parser.add_argument("--length-penalty", type=float, default=0.0,
+                        help="beams ranked by sum log p / length ** this (default 0: the sum, as self-critical)")
     parser.add_argument("--max-images", type=int, help="only the first N images of the split")
     parser.add_argument("--metrics", nargs="+", default=list(METRICS), choices=METRICS)
     parser.add_argument("--data-root", help="data directory (default: the one used in training)")
@@ -109,7 +113,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         torch.set_num_threads(args.threads)
     try:
         results = evaluate_checkpoint(args.checkpoint, args.split, args.beam_size, args.max_length, args.data_root,
-                                      args.max_images, args.metrics, progress=not args.no_progress)
+                                      args.max_images, args.metrics, progress=not args.no_progress,
+                                      length_penalty=args.length_penalty)
     except (FileNotFoundError, CaptionDataError, RegionFeatureError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

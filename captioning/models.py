@@ -174,13 +174,15 @@ class Att2in(nn.Module):
 
     # ----------------------------------------------------------------- decoding ----
     @torch.no_grad()
-    def generate(self, features: Tensor, mask: Tensor, eos: int, max_length: int = 16,
-                 beam_size: int = 1) -> Tensor:
+    def generate(self, features: Tensor, mask: Tensor, eos: int, max_length: int = 16, beam_size: int = 1,
+                 length_penalty: float = 0.0) -> Tensor:
         """Word ids ``[B, T]`` (without ``<bos>``; ``<eos>`` then ``<pad>`` after a caption ends):
-        greedy search for ``beam_size=1``, batched beam search otherwise (:mod:`common.decoding`)."""
+        greedy search for ``beam_size=1``, batched beam search otherwise (:mod:`common.decoding`),
+        ranking finished captions by ``sum log p / length ** length_penalty`` (0: the plain sum,
+        as self-critical.pytorch's default ``--length_penalty ''``)."""
         state = self.encode(features, mask)
         if beam_size == 1:
             return greedy_search(self.step, state, features.shape[0], self.bos, eos, max_length, pad=self.pad)
         tokens, _ = beam_search(self.step, state, features.shape[0], self.bos, eos, max_length,
-                                beam_size=beam_size, pad=self.pad)
+                                beam_size=beam_size, length_penalty=length_penalty, pad=self.pad)
         return tokens

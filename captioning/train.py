@@ -68,7 +68,7 @@ def kl_schedule(cfg: DictConfig) -> attention.KLSchedule:
 
 def validate(cfg: DictConfig, model, dataset: CaptionDataset, corpus: CaptionCorpus, progress: bool) -> dict:
     captions = caption_images(model, dataset, corpus.vocab, cfg.eval.beam_size, cfg.eval.max_length,
-                              cfg.eval.batch_size, progress)
+                              cfg.eval.batch_size, progress, cfg.eval.length_penalty)
     return score_captions(captions, corpus.references(dataset.images), list(cfg.eval.metrics))
 
 

@@ -15,9 +15,10 @@ from common.utils import read_metrics
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_tiny_model_overfits_20_fixture_images(coco_fixture, tiny_overrides, tmp_path):
-    cfg = load_config("softmax", tiny_overrides(coco_fixture["root"], tmp_path / "run") + [
-        "train.epochs=60", "eval.every=0", "eval.split=train", "eval.metrics=[bleu,cider]"])
+@pytest.mark.parametrize("normalizer", ["softmax", "bam-wc"])
+def test_tiny_model_overfits_20_fixture_images(coco_fixture, tiny_overrides, tmp_path, normalizer):
+    cfg = load_config(normalizer, tiny_overrides(coco_fixture["root"], tmp_path / "run") + [
+        "train.epochs=60", "eval.every=0", "eval.split=train", "eval.metrics=[bleu,cider]", "kl.warmup=100"])
     results = train.run(cfg, progress=False)
     assert results["val"]["CIDEr"] > 2.0
     assert results["best_epoch"] == 59 and (tmp_path / "run" / "best.pt").is_file()
