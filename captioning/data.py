@@ -32,10 +32,17 @@ class CaptionCorpus:
         path = self.dir / "captions.json"
         if not path.is_file():
             raise CaptionDataError(f"{path} does not exist: run `python -m captioning.prepare --out {self.dir}` first")
-        data = json.loads(path.read_text(encoding="utf-8"))
+        rebuild = "rebuild it with `python -m captioning.prepare`"
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as err:
+            raise CaptionDataError(f"{path} is not valid JSON ({err}); {rebuild}") from None
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise CaptionDataError(f"{path}: field 'format' is {data.get('format') if isinstance(data, dict) else None!r}, "
-                                   f"expected {FORMAT!r}; rebuild it with `python -m captioning.prepare`")
+                                   f"expected {FORMAT!r}; {rebuild}")
+        missing = [key for key in ("vocab_size", "max_length", "images") if key not in data]
+        if missing:
+            raise CaptionDataError(f"{path}: fields {missing} are missing; {rebuild}")
         self.vocab = Vocabulary.load(self.dir / "vocab.json")
         if data["vocab_size"] != len(self.vocab):
             raise CaptionDataError(f"{path} was encoded with {data['vocab_size']} words but {self.dir / 'vocab.json'} "

@@ -53,3 +53,9 @@ def test_unprepared_or_foreign_directory_is_a_clear_error(tmp_path):
     (tmp_path / "captions.json").write_text(json.dumps({"images": []}))
     with pytest.raises(CaptionDataError, match="'format'"):
         CaptionCorpus(tmp_path)
+    (tmp_path / "captions.json").write_text(json.dumps({"format": "attention-suite/karpathy-captions"}))
+    with pytest.raises(CaptionDataError, match="'vocab_size', 'max_length', 'images'"):
+        CaptionCorpus(tmp_path)
+    (tmp_path / "captions.json").write_text("{truncated")
+    with pytest.raises(CaptionDataError, match="not valid JSON"):
+        CaptionCorpus(tmp_path)

@@ -37,6 +37,8 @@ def test_resumed_run_equals_uninterrupted(coco_fixture, tiny_overrides, tmp_path
                                     + common + ["train.epochs=3"]), progress=False)
     assert [r["train/loss"] for r in resumed["history"]] == [r["train/loss"] for r in whole["history"]]
     assert [r["ss_prob"] for r in resumed["history"]] == pytest.approx([0, 0.2, 0.25]) and resumed["history"][-1]["train/kl"] > 0
+    with pytest.raises(ValueError, match="best.pt that captioning.train writes"):
+        evaluate.load_checkpoint(tmp_path / "b" / "checkpoints" / "step_2.pt")
     with pytest.raises(ValueError, match="different config"):
         train.run(load_config("softmax", tiny_overrides(coco_fixture["root"], tmp_path / "b") + ["train.epochs=4"]),
                   progress=False)
