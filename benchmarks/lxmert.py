@@ -1,0 +1,188 @@
+"""LXMERT VQA model: time, memory and FLOPs of every adaptive variant against plain LXMERT.
+
+``plain`` is ``transformers.LxmertForQuestionAnswering`` as it ships; every other variant is the
+same model (same weights) with its attention swapped by :func:`vqa.lxmert.adapt_lxmert`:
+``softmax`` (the swap alone: SDPA), ``span``, ``entmax`` (learnable alpha), ``bam-wc`` and
+``layerdrop`` (one layer per stack: training drops at random, evaluation prunes 9-5-5 to 8-4-4).
+
+For each variant: a training step (forward, ``A * BCE`` + auxiliary losses, backward) and an
+evaluation forward pass, as median milliseconds over interleaved rounds, the peak memory of a
+training step (CUDA: ``max_memory_allocated`` above the model; CPU: the resident-set high-water
+mark added by a first step, in a fresh process), and the FLOPs of one question (:func:`vqa.lxmert.flops.count_flops`). Inputs are
+full-length: 20 word pieces and 36 regions per question.
+
+    python benchmarks/lxmert.py                 # LXMERT-base shape (9-5-5, 768), batch 16
+    python benchmarks/lxmert.py --quick         # a small model, for a smoke run
+    python benchmarks/lxmert.py --device cuda --batch 64
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+# The script's folder holds benchmarks/vqa.py, which would shadow the vqa package: import the
+# packages with that folder off the path, then put it back for the shared helpers.
+HERE = str(Path(__file__).resolve().parent)
+sys.path[:] = [p for p in sys.path if str(Path(p or ".").resolve()) != HERE]
+
+from transformers import LxmertConfig, LxmertForQuestionAnswering  # noqa: E402
+
+from common.attention import aux_losses  # noqa: E402
+from vqa.lxmert import Adaptation, adapt_lxmert, pruned_layers, vqa_loss  # noqa: E402
+from vqa.lxmert.flops import NUM_ANSWERS, count_flops, dummy_inputs  # noqa: E402
+
+sys.path.append(HERE)
+from _measure import _rss_kb, environment, in_subprocess, interleaved_times, write_json  # noqa: E402
+
+VARIANTS = {
+    "plain": None,
+    "softmax": {},
+    "span": {"span": {}},
+    "entmax": {"normalizer": "entmax"},
+    "bam-wc": {"normalizer": "bam-wc"},
+    "layerdrop": {"layerdrop": {"language": 1, "vision": 1, "cross": 1}},
+}
+
+
+def build(config: LxmertConfig, options, state, device) -> torch.nn.Module:
+    model = LxmertForQuestionAnswering(config)
+    model.load_state_dict(state)
+    if options is not None:
+        adapt_lxmert(model, Adaptation.from_dict(options))
+    return model.to(device)
+
+
+def train_step(model, inputs, target):
+    def step():
+        model.train()
+        model.zero_grad(set_to_none=True)
+        with aux_losses() as aux:
+            logits = model(**inputs).question_answering_score
+        (vqa_loss(logits, target) + aux.total()).backward()
+        _sync(target.device)
+    return step
+
+
+def eval_step(model, inputs, prune):
+    def step():
+        model.eval()
+        with torch.no_grad():
+            if prune is None:
+                model(**inputs)
+            else:
+                with pruned_layers(model, prune):
+                    model(**inputs)
+        _sync(inputs["input_ids"].device)
+    return step
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def cpu_peak_mb(variant: str, quick: bool, batch: int, threads: int) -> float:
+    """Peak resident memory added by a first training step, in a fresh process (on CPU the
+    allocator reuses freed memory, so a high-water mark after a warm-up step shows ~0)."""
+    args = ["--memory-of", variant, "--batch", str(batch), "--threads", str(threads)] + (["--quick"] if quick else [])
+    return in_subprocess(__file__, *args)["peak_mb"]
+
+
+def _memory_of(variant: str, config: LxmertConfig, batch: int) -> None:
+    import json
+
+    torch.manual_seed(0)
+    model = build(config, VARIANTS[variant], LxmertForQuestionAnswering(config).state_dict(), torch.device("cpu"))
+    inputs = dummy_inputs(config, batch)
+    target = (torch.rand(batch, NUM_ANSWERS) < 0.002).float()
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # reset the high-water mark to the current resident set
+    before = _rss_kb("VmRSS")
+    train_step(model, inputs, target)()
+    print(json.dumps({"peak_mb": (_rss_kb("VmHWM") - before) / 1024}))
+
+
+def cuda_peak_mb(fn) -> float:
+    fn()
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    fn()
+    torch.cuda.synchronize()
+    return (torch.cuda.max_memory_allocated() - before) / 2**20
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a small 4-2-2 model (hidden 128) instead of LXMERT-base")
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--min-run-time", type=float, default=1.0, help="seconds per timing block")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument("--name", default="lxmert", help="results/<name>.json")
+    parser.add_argument("--memory-of", choices=list(VARIANTS), help=argparse.SUPPRESS)  # the CPU memory subprocess
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    config = (LxmertConfig(hidden_size=128, num_attention_heads=4, intermediate_size=512, l_layers=4, r_layers=2,
+                           x_layers=2, num_qa_labels=NUM_ANSWERS) if args.quick
+              else LxmertConfig(num_qa_labels=NUM_ANSWERS))
+    if args.memory_of:
+        _memory_of(args.memory_of, config, args.batch)
+        return 0
+    torch.manual_seed(0)
+    state = LxmertForQuestionAnswering(config).state_dict()
+    inputs = {k: v.to(device) for k, v in dummy_inputs(config, args.batch).items()}
+    target = (torch.rand(args.batch, NUM_ANSWERS) < 0.002).float().to(device)
+    one = {k: v[:1] for k, v in inputs.items()}
+    models = {name: build(config, VARIANTS[name], state, device) for name in args.variants}
+    prune = {name: (Adaptation.from_dict(VARIANTS[name]).layerdrop if name == "layerdrop" else None)
+             for name in args.variants}
+    start = time.perf_counter()
+    train_ms = interleaved_times({n: train_step(m, inputs, target) for n, m in models.items()}, args.threads,
+                                 args.rounds, args.min_run_time)
+    eval_ms = interleaved_times({n: eval_step(m, inputs, prune[n]) for n, m in models.items()}, args.threads,
+                                args.rounds, args.min_run_time)
+    rows = {}
+    for name, model in models.items():
+        full = count_flops(model, one)
+        rows[name] = {
+            "train_step_ms": train_ms[name], "eval_forward_ms": eval_ms[name],
+            "train_step_peak_mb": (cuda_peak_mb(train_step(model, inputs, target)) if device.type == "cuda"
+                                   else cpu_peak_mb(name, args.quick, args.batch, args.threads)),
+            "flops_per_question": full,
+            "flops_per_question_eval": count_flops(model, one, prune[name]) if prune[name] else full,
+        }
+    base = rows.get("plain")
+    if base:
+        for row in rows.values():
+            row["train_vs_plain"] = row["train_step_ms"] / base["train_step_ms"]
+            row["eval_vs_plain"] = row["eval_forward_ms"] / base["eval_forward_ms"]
+            row["memory_vs_plain"] = row["train_step_peak_mb"] / base["train_step_peak_mb"]
+            row["eval_flops_vs_plain"] = row["flops_per_question_eval"] / base["flops_per_question"]
+    layers = f"{config.l_layers}-{config.r_layers}-{config.x_layers}"
+    payload = {
+        "what": f"LXMERT {layers} (hidden {config.hidden_size}), batch {args.batch}, 20 words + 36 regions, "
+                f"{device}: per variant vs plain transformers LXMERT",
+        "device": str(device), "batch": args.batch, "layers": layers, "hidden": config.hidden_size,
+        "variants": rows, "wall_seconds": time.perf_counter() - start, "environment": environment(args.threads),
+    }
+    if device.type == "cuda":
+        payload["environment"]["gpu"] = torch.cuda.get_device_name(device)
+    path = write_json(args.name, payload)
+    print(f"{'variant':<10} {'train ms':>9} {'x plain':>7} {'eval ms':>8} {'x plain':>7} {'peak MB':>8} {'GFLOPs eval':>11}")
+    for name, row in rows.items():
+        print(f"{name:<10} {row['train_step_ms']:9.1f} {row.get('train_vs_plain', 1):7.2f} {row['eval_forward_ms']:8.1f} "
+              f"{row.get('eval_vs_plain', 1):7.2f} {row['train_step_peak_mb']:8.1f} {row['flops_per_question_eval'] / 1e9:11.3f}")
+    print(f"-> {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
