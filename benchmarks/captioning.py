@@ -1,6 +1,6 @@
 """Att2in speed: images per second in cross-entropy training and in decoding (greedy, beam 5).
 
-    python benchmarks/captioning.py [--threads 2] [--repeats 5] [--attention softmax bam-wc]
+    python benchmarks/captioning.py [--threads 2] [--repeats 5] [--attention softmax bam-wc] [--name captioning]
 
 The paper-sized model (self-critical's ``a2i2.yml``: LSTM 512, attention hidden 512, 2048-d
 features, dropout 0.5) with a COCO-sized vocabulary (9,487 words + 4 specials) on synthetic
@@ -99,6 +99,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--attention", nargs="+", default=["softmax", "bam-wc"])
+    parser.add_argument("--name", default="captioning", help="writes benchmarks/results/<name>.json")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     report = {"setup": {"vocab": VOCAB, "regions": REGIONS, "feature_dim": FEATURE_DIM, "words": WORDS,
@@ -111,7 +112,7 @@ def main() -> None:
     for name, r in report["results"].items():
         print(f"{name}: train {r['train']['images_per_second']:.1f} img/s, greedy {r['greedy']['images_per_second']:.1f} "
               f"img/s, beam5 {r['beam5']['images_per_second']:.1f} img/s")
-    print("wrote", write_json("captioning", report))
+    print("wrote", write_json(args.name, report))
 
 
 if __name__ == "__main__":
