@@ -68,8 +68,14 @@ class EncoderLayer(nn.Module):
         self.ffn = FeedForward(dim, ffn_dim, activation_dropout)
         self.sub_attn, self.sub_ffn = SubLayer(dim, dropout, pre_norm), SubLayer(dim, dropout, pre_norm)
         self.cross_layer = config.cross_layer is not None
+        # map convolutions mix neighbouring query rows: padded queries must be masked too
+        self.mask_queries = config.cross_layer is not None or config.convoluted is not None
 
-    def forward(self, x: Tensor, mask: Tensor, prev_logits: Optional[Tensor]) -> tuple[Tensor, Optional[Tensor]]:
+    def forward(self, x: Tensor, src_mask: Tensor, prev_logits: Optional[Tensor]) -> tuple[Tensor, Optional[Tensor]]:
+        """``src_mask [B, S]`` True = real token."""
+        mask = src_mask[:, None, None, :]
+        if self.mask_queries:
+            mask = mask & src_mask[:, None, :, None]
         x, maps = self.sub_attn(x, lambda h: self.attn(h, mask=mask, prev_logits=prev_logits))
         x, _ = self.sub_ffn(x, lambda h: (self.ffn(h), None))
         return x, maps.logits if self.cross_layer else None
@@ -144,9 +150,8 @@ class TransformerSeq2Seq(nn.Module):
     def encode(self, src: Tensor, src_mask: Tensor) -> State:
         """``{"memory" [B, S, d], "mask" [B, S], "prefix" [B, 0]}``: the decoding state."""
         x, prev = self._embed(self.src_embed, src), None
-        key_mask = src_mask[:, None, None, :]
         for layer in self.encoder:
-            x, prev = layer(x, key_mask, prev)
+            x, prev = layer(x, src_mask, prev)
         return {"memory": self.enc_norm(x), "mask": src_mask, "prefix": src.new_zeros(src.shape[0], 0)}
 
     def decode(self, tgt_in: Tensor, state: State) -> Tensor:

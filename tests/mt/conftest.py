@@ -10,7 +10,7 @@ import pytest
 WORDS_DE = ["ein", "hund", "mann", "frau", "läuft", "spielt", "im", "park", "mit", "einem", "ball", "kind", "rot",
             "blauen", "hemd", "auf", "der", "straße", "sitzt", "bank"]
 WORDS_EN = ["a", "dog", "man", "woman", "runs", "plays", "in", "park", "with", "ball", "child", "red", "blue",
-            "shirt", "on", "the", "street", "sits", "bench", "."]
+            "shirt", "on", "the", "street", "sits", "bench", "bike"]
 
 
 def fake_pairs(n: int, seed: int = 0) -> tuple[list[str], list[str]]:
@@ -38,3 +38,14 @@ def tiny_root(tmp_path: Path) -> Path:
         write_gz(root / "mt/multi30k/raw" / f"{split}.de.gz", de)
         write_gz(root / "mt/multi30k/raw" / f"{split}.en.gz", en)
     return root
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models run faster on one thread, above all on a shared machine; restored afterwards."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

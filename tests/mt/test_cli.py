@@ -1,0 +1,72 @@
+"""The train / evaluate / translate CLIs end to end on a toy corpus, and exact resume."""
+import io
+import json
+
+import pytest
+import torch
+
+from mt import evaluate, train, translate
+from mt.run import average_state_dicts
+
+TINY = ["model.emb_dim=16", "model.enc_hidden=16", "model.dec_hidden=16", "model.attn_hidden=16",
+        "batching.max_tokens=120", "data.num_merges=40", "train.eval_every=3", "train.log_every=1",
+        "train.progress=false", "train.keep_checkpoints=3", "train.patience=0", "eval.valid_bleu_sentences=4",
+        "eval.beam=2", "eval.batch_sentences=5"]
+
+
+def run_train(tiny_root, tmp_path, out, steps, extra=()):
+    args = ["--preset", "lstm-cpu", "--out", str(out), "--data-root", str(tiny_root),
+            f"prepared_dir={tmp_path / 'prep'}", f"train.max_steps={steps}", *TINY, *extra]
+    assert train.main(args) == 0
+
+
+def test_train_resume_evaluate_translate(tiny_root, tmp_path, capsys, monkeypatch):
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    run_train(tiny_root, tmp_path, straight, 6)
+    run_train(tiny_root, tmp_path, resumed, 3)
+    run_train(tiny_root, tmp_path, resumed, 6)  # resumes from update 3
+    assert "resuming" in capsys.readouterr().err
+    a = torch.load(straight / "checkpoints/step_6.pt", weights_only=False)
+    b = torch.load(resumed / "checkpoints/step_6.pt", weights_only=False)
+    for name in a["model"]:
+        torch.testing.assert_close(a["model"][name], b["model"][name], rtol=0, atol=0)
+
+    results = json.loads((straight / "results.json").read_text())
+    assert results["updates"] == 6 and set(results["splits"]) == {"val", "test_2016_flickr"}
+    test = results["splits"]["test_2016_flickr"]
+    assert 0 <= test["bleu"] <= 100 and "case:lc" in test["sacrebleu_signature"]
+    assert results["config"]["model"]["arch"] == "lstm" and "packages" in results["environment"]
+    assert (straight / "curves.png").stat().st_size > 1000
+    metrics = [json.loads(line) for line in (straight / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics if "val/bleu" in m] == [3, 6]
+
+    assert evaluate.main([str(straight), "--split", "val", "--beam", "1", "--average", "2",
+                          "--data-root", str(tiny_root)]) == 0
+    assert "SacreBLEU" in capsys.readouterr().out
+    record = json.loads((straight / "eval_val_avg2_beam1.json").read_text())
+    assert record["sentences"] == 12 and record["average_last"] == 2
+    assert len((straight / "eval_val_avg2_beam1.hyp.txt").read_text().splitlines()) == 12
+
+    monkeypatch.setattr("sys.stdin", io.StringIO("Ein Hund läuft im Park.\n\nDer Mann sitzt.\n"))
+    assert translate.main([str(straight), "--beam", "3"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 3  # one output line per input line, the empty one included
+
+
+def test_checkpoint_average_is_the_mean(tmp_path):
+    for i, value in enumerate((1.0, 3.0)):
+        torch.save({"model": {"w": torch.full((2,), value), "n": torch.tensor(i)}}, tmp_path / f"{i}.pt")
+    avg = average_state_dicts([tmp_path / "0.pt", tmp_path / "1.pt"])
+    assert avg["w"].tolist() == [2.0, 2.0] and avg["w"].dtype == torch.float32
+
+
+def test_cli_errors_are_clear(tmp_path, capsys):
+    assert train.main(["--preset", "lstm-cpu", "--out", str(tmp_path / "r"), "--data-root", str(tmp_path),
+                       f"prepared_dir={tmp_path / 'p'}"]) == 2
+    assert "train.de.gz is missing" in capsys.readouterr().err
+    assert train.main(["--preset", "lstm-cpu", "optim.lrr=1"]) == 2
+    assert "optim.lrr" in capsys.readouterr().err
+    with pytest.raises(FileNotFoundError, match="does not exist; available"):
+        train.load_config("nope")
+    assert evaluate.main([str(tmp_path)]) == 2
+    assert "not a run directory" in capsys.readouterr().err
