@@ -88,3 +88,18 @@ def test_config_typos_are_errors(capsys):
         load_config("softmax", ["optim.learning_rate=1"])
     assert train.main(["--data-root", "/nonexistent", "--no-progress"]) == 2
     assert "captioning.prepare" in capsys.readouterr().err
+
+
+def test_plot_without_prior_has_one_panel_per_word(tmp_path):
+    import matplotlib.image as mpimg
+
+    image = torch.rand(60, 80, 3).numpy()
+    boxes = torch.tensor([[0, 0, 40, 30], [30, 20, 79, 59]], dtype=torch.float32).numpy()
+    posterior = torch.tensor([[1.0, 0], [0, 1], [0.5, 0.5]]).numpy()
+    words = ["a", "dog", "<eos>"]
+    one_row = mpimg.imread(visualize.plot_attention(image, boxes, words, posterior, None, tmp_path / "a.png", columns=3))
+    two_rows = mpimg.imread(visualize.plot_attention(image, boxes, words, posterior, posterior[2], tmp_path / "b.png",
+                                                     columns=3))  # the prior panel starts a second row
+    assert one_row.shape[1] == two_rows.shape[1] and two_rows.shape[0] > 1.5 * one_row.shape[0]
+    with pytest.raises(ValueError, match="posterior must be"):
+        visualize.plot_attention(image, boxes, ["a"], torch.ones(2, 2).numpy(), None, tmp_path / "bad.png")
