@@ -27,7 +27,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.nn.functional as F
 from omegaconf import DictConfig, OmegaConf
-from torch.utils.data import DataLoader, RandomSampler
+from torch.utils.data import DataLoader, DistributedSampler
 from tqdm.auto import tqdm
 
 from common import attention
@@ -229,6 +229,11 @@ def run(cfg: DictConfig, progress: bool = True) -> Dict:
     fresh = not checkpointer.paths()  # a resumed model gets its embeddings from the checkpoint
     vectors = word_vectors(cfg, vocab, env) if cfg.data.glove and fresh else None
     model = build_model(cfg, len(vocab), len(answers), vectors).to(env.device)
+    collect_kl = cfg.kl.weight > 0
+    if not collect_kl:  # BAM's contextual prior only feeds the KL: frozen, so DDP waits on no unused parameter
+        for module in model.modules():
+            if isinstance(module, attention.ContextualPrior):
+                module.requires_grad_(False)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.optim.lr, betas=tuple(cfg.optim.betas), eps=cfg.optim.eps)
     steps_per_epoch = max(1, len(train_set) // (cfg.train.batch_size * env.world_size))
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(
@@ -237,18 +242,19 @@ def run(cfg: DictConfig, progress: bool = True) -> Dict:
     start_epoch = 0 if state is None else state["step"] + 1
     history: List[Dict] = [] if state is None else state["extra"]["history"]
     ddp_model = wrap_model(model, env)
-    schedule, collect_kl = kl_schedule(cfg), cfg.kl.weight > 0
-    sampler = shard_sampler(train_set, env, shuffle=True, seed=cfg.seed)
+    schedule = kl_schedule(cfg)
+    # One process reads the same permutation as the shards of N processes put together, so a
+    # run on N processes with batch B sees the global batches of one process with batch N * B.
+    sampler = shard_sampler(train_set, env, shuffle=True, seed=cfg.seed) or DistributedSampler(
+        train_set, num_replicas=1, rank=0, shuffle=True, seed=cfg.seed)
     logger = MetricsLogger(out_dir, enabled=env.is_main)
     start, trained_questions, train_seconds = time.perf_counter(), 0, 0.0
     predictions: Dict[int, str] = {}
     update = start_epoch * steps_per_epoch
     try:
         for epoch in range(start_epoch, cfg.train.epochs):
-            if sampler is not None:
-                sampler.set_epoch(epoch)
-            order = sampler or RandomSampler(train_set, generator=torch.Generator().manual_seed(cfg.seed * 1000 + epoch))
-            loader = DataLoader(train_set, cfg.train.batch_size, sampler=order, collate_fn=collate,
+            sampler.set_epoch(epoch)
+            loader = DataLoader(train_set, cfg.train.batch_size, sampler=sampler, collate_fn=collate,
                                 num_workers=cfg.train.num_workers, drop_last=True)
             ddp_model.train()
             epoch_start = time.perf_counter()
@@ -329,7 +335,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("--config", help="a YAML file merged over the packaged config")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.add_argument("overrides", nargs="*", metavar="key=value")
-    return parser.parse_args(argv)
+    return parser.parse_intermixed_args(argv)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
