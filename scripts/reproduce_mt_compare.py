@@ -52,6 +52,7 @@ def main(argv=None) -> int:
     parser.add_argument("--eval-every", type=int, default=None)
     parser.add_argument("--out", type=Path, default=Path("results/mt/compare"))
     parser.add_argument("--only", action="append", default=None, help="run only this variant (repeatable)")
+    parser.add_argument("--summary-only", action="store_true", help="train nothing; summarise the existing runs")
     parser.add_argument("overrides", nargs="*", help="key=value overrides for every run")
     args = parser.parse_intermixed_args(argv)
     preset, variants = GROUPS[args.group]
@@ -62,7 +63,7 @@ def main(argv=None) -> int:
         common.append(f"train.eval_every={args.eval_every}")
     out = args.out / args.group
     for name, extra in variants.items():
-        if args.only and name not in args.only:
+        if args.summary_only or (args.only and name not in args.only):
             continue
         cmd = [sys.executable, "-m", "mt.train", "--preset", preset, "--out", str(out / name), *common, *extra]
         print("+", " ".join(cmd), flush=True)
