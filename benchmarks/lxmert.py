@@ -49,8 +49,9 @@ VARIANTS = {
 
 
 def build(config: LxmertConfig, options, state, device) -> torch.nn.Module:
+    """The variant's model holding ``state``'s tensors themselves (shared: one copy of the weights)."""
     model = LxmertForQuestionAnswering(config)
-    model.load_state_dict(state)
+    model.load_state_dict(state, assign=True)
     if options is not None:
         adapt_lxmert(model, Adaptation.from_dict(options))
     return model.to(device)
@@ -64,6 +65,7 @@ def train_step(model, inputs, target):
             logits = model(**inputs).question_answering_score
         (vqa_loss(logits, target) + aux.total()).backward()
         _sync(target.device)
+        model.zero_grad(set_to_none=True)  # the variants share weights; keep one set of gradients alive
     return step
 
 
@@ -97,6 +99,7 @@ def _memory_of(variant: str, config: LxmertConfig, batch: int) -> None:
 
     torch.manual_seed(0)
     model = build(config, VARIANTS[variant], LxmertForQuestionAnswering(config).state_dict(), torch.device("cpu"))
+    model.train()
     inputs = dummy_inputs(config, batch)
     target = (torch.rand(batch, NUM_ANSWERS) < 0.002).float()
     with open("/proc/self/clear_refs", "w") as f:
@@ -137,7 +140,7 @@ def main() -> int:
         _memory_of(args.memory_of, config, args.batch)
         return 0
     torch.manual_seed(0)
-    state = LxmertForQuestionAnswering(config).state_dict()
+    state = {k: v.to(device) for k, v in LxmertForQuestionAnswering(config).state_dict().items()}
     inputs = {k: v.to(device) for k, v in dummy_inputs(config, args.batch).items()}
     target = (torch.rand(args.batch, NUM_ANSWERS) < 0.002).float().to(device)
     one = {k: v[:1] for k, v in inputs.items()}
