@@ -8,7 +8,7 @@ Source files under the data root (``--data-root``, default ``$ATTN_DATA_ROOT``):
   ``prepare-iwslt14.sh`` (already tokenised and lowercased; ``python -m mt.prepare iwslt14``
   makes it from the TED release).
 
-A prepared directory (default ``<cache>/mt/<dataset>``; never inside the data root) holds
+A prepared directory (default ``<cache>/mt/<dataset>-bpe<merges>``; never inside the data root) holds
 ``<split>.tok.<lang>`` (tokenised, lowercased: the BLEU references), ``<split>.raw.<lang>``
 (untokenised: the SacreBLEU references; Moses-detokenised when only tokenised text exists),
 ``<split>.bpe.<lang>``,
@@ -86,8 +86,9 @@ def corpus(name: str) -> CorpusSpec:
         raise DataError(f"unknown dataset {name!r}; choose one of {sorted(CORPORA)}") from None
 
 
-def default_prepared_dir(name: str) -> Path:
-    return cache_dir() / "mt" / name
+def default_prepared_dir(name: str, num_merges: Optional[int] = None) -> Path:
+    """``<cache>/mt/<dataset>-bpe<merges>`` (the dataset's default number of merges when None)."""
+    return cache_dir() / "mt" / f"{name}-bpe{num_merges or corpus(name).num_merges}"
 
 
 def require_file(path: Path, spec: CorpusSpec) -> Path:
@@ -196,10 +197,14 @@ def ensure_prepared(dataset: str, data_root: Path, prepared_dir: Optional[Path] 
                     num_merges: Optional[int] = None, progress=None) -> Prepared:
     """Open the prepared corpus, preparing it first when it does not exist yet."""
     spec = corpus(dataset)
-    directory = Path(prepared_dir) if prepared_dir else default_prepared_dir(dataset)
+    directory = Path(prepared_dir) if prepared_dir else default_prepared_dir(dataset, num_merges)
     if not (directory / "prepared.json").is_file():
         prepare_corpus(spec, spec.source_dir(data_root), directory, num_merges, progress=progress)
-    return Prepared.open(directory)
+    prepared = Prepared.open(directory)
+    if prepared.manifest["dataset"] != dataset or (num_merges and prepared.manifest["num_merges"] != num_merges):
+        raise DataError(f"{directory} holds {prepared.manifest['dataset']} with {prepared.manifest['num_merges']} "
+                        f"BPE merges, not {dataset} with {num_merges}; choose another prepared_dir")
+    return prepared
 
 
 @dataclass

@@ -11,7 +11,7 @@ and processed as the script does: drop the ``<url>``/``<talkid>``/``<keywords>``
 the title/description tags, Moses-tokenise, keep pairs of 1-175 tokens with a length ratio
 <= 1.5 (``clean-corpus-n.perl``), lowercase, take every 23rd training pair as ``valid``,
 and concatenate dev2010, TEDX dev2012 and tst2010-2012 as ``test``. Outputs go to
-``--out`` (default ``<cache>/mt/<dataset>``), never into the data root.
+``--out`` (default ``<cache>/mt/<dataset>-bpe<merges>``), never into the data root.
 """
 from __future__ import annotations
 
@@ -126,7 +126,7 @@ def prepare(dataset: str, data_root: Path, out: Optional[Path] = None, num_merge
             download: bool = True) -> Path:
     """Prepare ``dataset`` into ``out``; returns ``out``."""
     spec = corpus(dataset)
-    out = Path(out) if out else default_prepared_dir(dataset)
+    out = Path(out) if out else default_prepared_dir(dataset, num_merges)
     source_dir = spec.source_dir(data_root)
     say = lambda msg: print(msg, file=sys.stderr)  # noqa: E731
     if dataset == "iwslt14" and not spec.path(source_dir, spec.train, spec.src).is_file():
@@ -140,7 +140,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m mt.prepare", description=__doc__.split("\n\n")[0])
     parser.add_argument("dataset", choices=sorted(CORPORA))
     parser.add_argument("--data-root", default=None, help=f"data root (default: ${DATA_ROOT_ENV})")
-    parser.add_argument("--out", type=Path, default=None, help="output directory (default: <cache>/mt/<dataset>)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="output directory (default: <cache>/mt/<dataset>-bpe<merges>)")
     parser.add_argument("--merges", type=int, default=None, help="joint BPE merges (default: the dataset's)")
     parser.add_argument("--offline", action="store_true", help="never download")
     args = parser.parse_args(argv)

@@ -59,7 +59,8 @@ def _check(batch_size: int, max_len: int, state: Any) -> None:
         raise ValueError(f"batch_size and max_len must be positive, got {batch_size} and {max_len}")
     tensor = _first_tensor(state)
     if tensor is not None and tensor.shape[0] != batch_size:
-        raise ValueError(f"decoder state tensors must have dim 0 = batch_size ({batch_size}), got {tuple(tensor.shape)}")
+        raise ValueError(f"decoder state tensors must have dim 0 = batch_size ({batch_size}), "
+                         f"got {tuple(tensor.shape)}")
 
 
 @torch.no_grad()
