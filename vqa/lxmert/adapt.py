@@ -43,13 +43,22 @@ SITES = ("language", "vision", "cross")
 SPAN_DISTANCE = {"language": "position", "vision": "rank", "cross": "rank"}
 #: encoder attribute holding each stack, and the stack's name in configs
 STACKS = {"language": "layer", "vision": "r_layers", "cross": "x_layers"}
-_SITE_PATTERNS = (
-    (re.compile(r"(^|\.)layer\.\d+\.attention\.self$"), "language"),
-    (re.compile(r"(^|\.)x_layers\.\d+\.lang_self_att\.self$"), "language"),
-    (re.compile(r"(^|\.)r_layers\.\d+\.attention\.self$"), "vision"),
-    (re.compile(r"(^|\.)x_layers\.\d+\.visn_self_att\.self$"), "vision"),
-    (re.compile(r"(^|\.)x_layers\.\d+\.visual_attention\.att$"), "cross"),
+#: every attention module of the encoder: name pattern, site, and plot group
+_MODULES = (
+    (re.compile(r"(?:^|\.)layer\.(\d+)\.attention\.self$"), "language", "language"),
+    (re.compile(r"(?:^|\.)r_layers\.(\d+)\.attention\.self$"), "vision", "vision"),
+    (re.compile(r"(?:^|\.)x_layers\.(\d+)\.visual_attention\.att$"), "cross", "cross"),
+    (re.compile(r"(?:^|\.)x_layers\.(\d+)\.lang_self_att\.self$"), "language", "cross_language"),
+    (re.compile(r"(?:^|\.)x_layers\.(\d+)\.visn_self_att\.self$"), "vision", "cross_vision"),
 )
+#: plot panel titles of each group (the paper's Figures 1 and 3)
+GROUP_TITLES = {
+    "language": "Language encoder",
+    "vision": "Vision encoder",
+    "cross": "Cross-modality: cross-attention (both directions)",
+    "cross_language": "Cross-modality: language self-attention",
+    "cross_vision": "Cross-modality: vision self-attention",
+}
 
 
 @dataclass
@@ -167,12 +176,26 @@ class StackLayerDrop(LayerDropList):
                 return iter(layers)
 
 
+def _match(name: str):
+    for pattern, site, group in _MODULES:
+        match = pattern.search(name)
+        if match:
+            return site, group, match.group(1)
+    return None
+
+
 def attention_site(name: str) -> Optional[str]:
     """The site (``language``, ``vision``, ``cross``) of the attention module at ``name``, if any."""
-    for pattern, site in _SITE_PATTERNS:
-        if pattern.search(name):
-            return site
-    return None
+    found = _match(name)
+    return found[0] if found else None
+
+
+def attention_label(name: str) -> str:
+    """Short label ``<group>.<layer>`` of an encoder attention module, e.g. ``cross_vision.2``."""
+    found = _match(name)
+    if found is None:
+        raise ValueError(f"{name} is not an LXMERT encoder attention module")
+    return f"{found[1]}.{found[2]}"
 
 
 def _encoder(model: nn.Module) -> LxmertEncoder:

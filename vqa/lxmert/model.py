@@ -12,7 +12,6 @@ answer head's last layer is new whenever the checkpoint's answer count differs.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Tuple, Union
@@ -23,7 +22,7 @@ import transformers
 from torch import Tensor
 from transformers import LxmertConfig, LxmertForQuestionAnswering
 
-from .adapt import Adaptation, adapt_lxmert, adaptive_attention
+from .adapt import Adaptation, adapt_lxmert, adaptive_attention, attention_label
 
 PRETRAINING_HEADS = ("cls.", "obj_predict_head.")
 DOWNLOAD_HINT = ("download a Hugging Face LXMERT checkpoint into it, e.g. "
@@ -83,32 +82,6 @@ def load_vqa_model(pretrained: Union[str, Path], num_answers: int,
                               f"(l_layers/x_layers/r_layers, hidden_size)")
     loaded = len(model.state_dict()) - len(initialised)
     return adapt_lxmert(model, adaptation), LoadReport(str(path), loaded, unused, initialised)
-
-
-_LABELS = (
-    (re.compile(r"^layer\.(\d+)\."), "language"),
-    (re.compile(r"^r_layers\.(\d+)\."), "vision"),
-    (re.compile(r"^x_layers\.(\d+)\.visual_attention"), "cross"),
-    (re.compile(r"^x_layers\.(\d+)\.lang_self_att"), "cross_language"),
-    (re.compile(r"^x_layers\.(\d+)\.visn_self_att"), "cross_vision"),
-)
-#: plot panel titles of each group (the paper's Figures 1 and 3)
-GROUP_TITLES = {
-    "language": "Language encoder",
-    "vision": "Vision encoder",
-    "cross": "Cross-modality: cross-attention (both directions)",
-    "cross_language": "Cross-modality: language self-attention",
-    "cross_vision": "Cross-modality: vision self-attention",
-}
-
-
-def attention_label(name: str) -> str:
-    """Short label ``<group>.<layer>`` of an encoder attention module, e.g. ``cross_vision.2``."""
-    for pattern, group in _LABELS:
-        match = pattern.search(name)
-        if match:
-            return f"{group}.{match.group(1)}"
-    raise ValueError(f"{name} is not an LXMERT encoder attention module")
 
 
 @torch.no_grad()

@@ -14,7 +14,7 @@ from typing import Dict, List, Optional, Tuple, Union
 
 from common.utils import read_metrics
 
-from .model import GROUP_TITLES
+from .adapt import GROUP_TITLES
 
 YLABELS = {"span": "span zS", "alpha": "alpha"}
 

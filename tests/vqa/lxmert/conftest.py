@@ -63,11 +63,12 @@ def write_tiny_vocab(path, questions_files) -> int:
 
 @pytest.fixture(scope="session")
 def vqa_root(tmp_path_factory):
-    """A VQA fixture (8 images x 4 questions per split, 10-36 regions of 16-d features) and a tiny vocab."""
+    """A VQA fixture (train, val and unannotated test; 8 images x 4 questions per split, 10-36 regions of 16-d features) and a tiny vocab."""
     from vqa.fixtures import write_vqa_fixture
 
     root = tmp_path_factory.mktemp("lxmert_vqa")
-    fixture = write_vqa_fixture(root, num_images=8, questions_per_image=4, num_regions=(10, 36), feature_dim=16)
+    fixture = write_vqa_fixture(root, subtypes=("train2014", "val2014", "test2015"), num_images=8,
+                                questions_per_image=4, num_regions=(10, 36), feature_dim=16)
     size = write_tiny_vocab(root / "vocab.txt", fixture.questions.values())
     return root, fixture, size
 

@@ -9,7 +9,6 @@ from safetensors.torch import load_file
 from transformers import LxmertForPreTraining, LxmertModel
 
 from vqa.lxmert.adapt import Adaptation, adaptive_attention
-from vqa.lxmert.attention import AdaptiveLxmertAttention
 from vqa.lxmert.model import PretrainedError, load_vqa_model
 
 from conftest import NUM_ANSWERS, tiny_inputs

@@ -96,6 +96,13 @@ def test_train_cli_resumes_exactly_and_evaluate_reproduces_its_accuracy(vqa_root
     submission = json.loads((straight / "val_predictions.json").read_text())
     assert len(submission) == 32 and set(submission[0]) == {"question_id", "answer"}
 
+    # the unannotated test split: predictions only, every layer when asked
+    assert lxmert_evaluate.main(["--run", str(straight), "--split", "test", "--no-progress", "--no-prune"]) == 0
+    evaluated = json.loads((straight / "eval_test.json").read_text())
+    assert evaluated["accuracy"] is None and not evaluated["pruned"]
+    assert evaluated["flops_per_question"]["full"] == flops["full"]
+    assert len(json.loads((straight / "test_predictions.json").read_text())) == 32
+
 
 def test_missing_pretrained_directory_is_a_clear_cli_error(vqa_root, tmp_path, capsys):
     root, _, _ = vqa_root
