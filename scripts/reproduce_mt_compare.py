@@ -38,11 +38,14 @@ GROUPS = {
 
 
 def at_step(records: list, step: int) -> dict:
-    """The last validation record logged at or before ``step`` (runs may validate per epoch)."""
-    found = [r for r in records if r["step"] <= step and "val/bleu" in r]
+    """The validation record logged nearest to ``step`` (runs that validate per epoch may have
+    epochs of slightly different lengths); its own update count is reported with it."""
+    found = [r for r in records if "val/bleu" in r]
     if not found:
         return {}
-    return {"step": found[-1]["step"], "val_ppl": found[-1]["val/ppl"], "val_bleu_greedy": found[-1]["val/bleu"]}
+    best = min(found, key=lambda r: (abs(r["step"] - step), r["step"]))
+    return {"step": best["step"], "epoch": best.get("epoch"), "val_ppl": best["val/ppl"],
+            "val_bleu_greedy": best["val/bleu"]}
 
 
 def main(argv=None) -> int:
