@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Tuple, Union
+from typing import Dict, List, Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -41,6 +41,7 @@ class LoadReport:
     loaded: int                                                  # tensors taken from the checkpoint
     unused: List[str] = field(default_factory=list)              # pre-training heads only
     initialised: List[str] = field(default_factory=list)         # answer-head tensors that are new
+    answers_from_pretraining: Optional[int] = None               # classifier rows copied from the QA head
 
 
 def vqa_loss(logits: Tensor, target: Tensor) -> Tensor:

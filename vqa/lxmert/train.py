@@ -45,6 +45,7 @@ from vqa.evaluation import vqa_accuracy, write_submission
 from vqa.train import answers_of, data_path, load_split
 
 from .adapt import Adaptation, pruned_layers
+from .answer_head import load_answer_table, transfer_answer_head
 from .data import bert_encoder, model_inputs
 from .flops import count_flops, dummy_inputs
 from .model import PretrainedError, build_vqa_model, head_parameters, load_vqa_model, vqa_loss
@@ -106,7 +107,12 @@ def prepare_model(cfg: DictConfig, out_dir: Path, answers: AnswerVocab, resuming
     if cfg.model.random_init is not None:
         model = build_vqa_model(LxmertConfig(**to_dict(cfg.model.random_init)), len(answers), adaptation)
         return model, None
-    return load_vqa_model(data_path(cfg, cfg.model.pretrained), len(answers), adaptation)
+    pretrained = data_path(cfg, cfg.model.pretrained)
+    model, report = load_vqa_model(pretrained, len(answers), adaptation)
+    if cfg.model.answer_table:
+        table = load_answer_table(data_path(cfg, cfg.model.answer_table))
+        report.answers_from_pretraining, _ = transfer_answer_head(model, pretrained, table, answers.answers)
+    return model, report
 
 
 @torch.no_grad()
@@ -264,7 +270,8 @@ def run(cfg: DictConfig, progress: bool = True) -> Dict:
         parameters=sum(p.numel() for p in model.parameters()),
         pretrained=None if report is None else {"checkpoint": report.checkpoint, "tensors_loaded": report.loaded,
                                                 "unused_pretraining_heads": len(report.unused),
-                                                "new": report.initialised},
+                                                "new": report.initialised,
+                                                "answers_from_pretraining": report.answers_from_pretraining},
         plots={k: str(v) for k, v in plots.items() if v is not None},
         wall_seconds_this_run=time.perf_counter() - start,
         checkpoint=str(checkpointer.paths()[-1]) if checkpointer.paths() else None)
