@@ -17,7 +17,7 @@ the BPE codes, ``vocab.<lang>.json`` and ``prepared.json`` describing how it was
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -27,7 +27,7 @@ from common.text import Vocabulary
 from common.utils import atomic_write_json, cache_dir
 
 from .bpe import BPE, learn_codes
-from .text import MosesDetokenizer, MosesPreprocessor, iter_pairs, read_lines, write_lines
+from .text import MosesDetokenizer, MosesPreprocessor, check_parallel, read_lines, write_lines
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,6 @@ class CorpusSpec:
     tokenised: bool          # files are already Moses-tokenised and lowercased
     num_merges: int
     missing_hint: str = ""
-    aliases: Dict[str, str] = field(default_factory=dict)
 
     def source_dir(self, root: Path) -> Path:
         return Path(root) / self.subdir
@@ -126,8 +125,8 @@ def prepare_corpus(spec: CorpusSpec, source_dir: Path, out_dir: Path, num_merges
                                       else MosesPreprocessor(lang, normalize_punctuation=True).batch(raw[split, lang]))
             if spec.tokenised:  # no raw text: detokenise for SacreBLEU references
                 raw[split, lang] = [MosesDetokenizer(lang)(line) for line in raw[split, lang]]
-        list(iter_pairs(tokenised[split, spec.src], tokenised[split, spec.tgt],
-                        spec.path(source_dir, split, spec.src), spec.path(source_dir, split, spec.tgt)))
+        check_parallel(tokenised[split, spec.src], tokenised[split, spec.tgt],
+                       spec.path(source_dir, split, spec.src), spec.path(source_dir, split, spec.tgt))
     say(f"learning {num_merges} BPE merges")
     codes = learn_codes([tokenised[spec.train, spec.src], tokenised[spec.train, spec.tgt]], num_merges,
                         out_dir)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import gzip
 from pathlib import Path
-from typing import Iterable, Iterator, List, Union
+from typing import Iterable, List, Union
 
 PathLike = Union[str, Path]
 
@@ -81,9 +81,8 @@ class MosesDetokenizer:
         return self._detok.detokenize(line.split(), unescape=True)
 
 
-def iter_pairs(src: List[str], tgt: List[str], src_path: PathLike, tgt_path: PathLike) -> Iterator[tuple]:
-    """Zip two sides, with an error naming both files when their line counts differ."""
+def check_parallel(src: List[str], tgt: List[str], src_path: PathLike, tgt_path: PathLike) -> None:
+    """An error naming both files when the two sides of a parallel corpus differ in length."""
     if len(src) != len(tgt):
         raise ValueError(f"{src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}: parallel files "
                          "must have one sentence per line on each side")
-    return zip(src, tgt)

@@ -79,3 +79,11 @@ def test_fairseq_iwslt14_pipeline_on_a_tiny_release(tmp_path):
     assert valid[0] == "sentence number 21 , fine ."
     test = read_lines(out / "test.en")
     assert len(test) == 10 and test[0] == "test 0 isn &apos;t ." and test[-1] == "zwei 4"
+
+
+def test_parallel_files_of_different_lengths_name_both_files(tiny_root, tmp_path):
+    from tests.mt.conftest import write_gz
+
+    write_gz(tiny_root / "mt/multi30k/raw/val.en.gz", ["Only one line."])
+    with pytest.raises(ValueError, match=r"val\.de\.gz has 12 lines but .*val\.en\.gz has 1"):
+        ensure_prepared("multi30k", tiny_root, tmp_path / "prep")
