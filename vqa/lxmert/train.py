@@ -11,7 +11,8 @@ and BAM sampling act in training mode only, and evaluation prunes ``layerdrop.<s
 stack with the every-other rule when ``model.prune_at_eval``.
 
 Everything goes to ``out_dir`` (default ``runs/lxmert/<variant>``): ``config.json``,
-``lxmert_config.json``, ``answers.json``, ``checkpoints/step_<N>.pt`` (atomic, every
+``lxmert_config.json``, ``answers.json``, ``pretrained.json`` (what the checkpoint supplied),
+``checkpoints/step_<N>.pt`` (atomic, every
 ``train.checkpoint_every`` updates and at each epoch end; a rerun resumes from the newest),
 ``metrics.jsonl`` + TensorBoard (losses, learning rate, every head's span and alpha),
 ``spans.png`` / ``alphas.png`` (the paper's Figures 1 and 3), the eval split's predictions in the
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import asdict
 from contextlib import nullcontext
 import sys
 import time
@@ -180,6 +182,9 @@ def run(cfg: DictConfig, progress: bool = True) -> Dict:
     eval_loader = eval_annotations = None
     if cfg.data.eval_split:
         qs, eval_annotations, store = load_split(cfg, cfg.data.eval_split)
+        if eval_annotations is None:
+            raise VQADataError(f"data.eval_split={cfg.data.eval_split!r} has no annotations to score; evaluate it "
+                               f"with python -m vqa.lxmert.evaluate --split {cfg.data.eval_split} after training")
         eval_set = VQADataset(qs, eval_annotations, store, answers, encode, 0, cfg.data.max_regions)
         eval_loader = DataLoader(eval_set, cfg.train.eval_batch_size, collate_fn=eval_set.collate,
                                  num_workers=cfg.train.num_workers, generator=_own_generator(cfg.seed))
@@ -196,6 +201,8 @@ def run(cfg: DictConfig, progress: bool = True) -> Dict:
         atomic_write_json(out_dir / "config.json", config)
         atomic_write_json(out_dir / "lxmert_config.json", model.config.to_dict())
         answers.save(out_dir / "answers.json")
+        if report is not None:
+            atomic_write_json(out_dir / "pretrained.json", asdict(report))
     state = checkpointer.load_latest(model, optimizer, scheduler, map_location=device)
     step = 0 if state is None else state["step"]
     history: List[Dict] = [] if state is None else state["extra"]["history"]
@@ -268,16 +275,23 @@ def run(cfg: DictConfig, progress: bool = True) -> Dict:
         final_eval=history[-1].get("eval") if history else None,
         flops_per_question=measure_flops(model, cfg, adaptation, device),
         parameters=sum(p.numel() for p in model.parameters()),
-        pretrained=None if report is None else {"checkpoint": report.checkpoint, "tensors_loaded": report.loaded,
-                                                "unused_pretraining_heads": len(report.unused),
-                                                "new": report.initialised,
-                                                "answers_from_pretraining": report.answers_from_pretraining},
+        pretrained=_load_summary(out_dir / "pretrained.json"),
         plots={k: str(v) for k, v in plots.items() if v is not None},
         wall_seconds_this_run=time.perf_counter() - start,
         checkpoint=str(checkpointer.paths()[-1]) if checkpointer.paths() else None)
     results["environment"]["packages"].update(_versions())
     atomic_write_json(out_dir / "results.json", results)
     return results
+
+
+def _load_summary(path: Path) -> Optional[Dict]:
+    """What the first run of this ``out_dir`` loaded from the pretrained checkpoint (None: random start)."""
+    if not path.is_file():
+        return None
+    report = json.loads(path.read_text())
+    return {"checkpoint": report["checkpoint"], "tensors_loaded": report["loaded"],
+            "unused_pretraining_heads": len(report["unused"]), "new": report["initialised"],
+            "answers_from_pretraining": report["answers_from_pretraining"]}
 
 
 def _versions() -> Dict[str, Optional[str]]:
