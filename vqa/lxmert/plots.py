@@ -68,6 +68,7 @@ def plot_head_values(metrics: Union[str, Path], kind: str, out: Union[str, Path]
                 ax.set_ylabel(f"{GROUP_TITLES[group]}\n{YLABELS[kind]}", fontsize=7)
             if r == len(groups) - 1:
                 ax.set_xlabel("step", fontsize=7)
+    axes[0][0].legend(fontsize=6, ncol=2)  # head colours are the same in every panel
     fig.suptitle(title or f"{YLABELS[kind]} per head over training", fontsize=10)
     fig.tight_layout()
     out = Path(out)
