@@ -1,37 +1,13 @@
-"""Tiny random LXMERT pieces for the LXMERT tests (hidden 32, 2 heads, 2-1-2 layers, ~100 words)."""
+"""Fixtures of the LXMERT tests: a tiny config, a saved checkpoint, a VQA fixture with a tiny vocabulary."""
 from __future__ import annotations
-
-from pathlib import Path
 
 import pytest
 import torch
 from transformers import LxmertConfig, LxmertModel
 
-NUM_ANSWERS = 6
+from vqa.fixtures import write_vqa_fixture
 
-
-def tiny_config(**overrides) -> LxmertConfig:
-    values = dict(vocab_size=100, hidden_size=32, num_attention_heads=2, intermediate_size=64, l_layers=2,
-                  x_layers=2, r_layers=1, visual_feat_dim=16, max_position_embeddings=32, num_qa_labels=9)
-    values.update(overrides)
-    return LxmertConfig(**values)
-
-
-def tiny_inputs(config: LxmertConfig, batch: int = 3, words: int = 7, regions: int = 5, seed: int = 0) -> dict:
-    """Random inputs with padded words and regions in the last example."""
-    g = torch.Generator().manual_seed(seed)
-    attention_mask = torch.ones(batch, words, dtype=torch.long)
-    attention_mask[-1, words - 3:] = 0
-    visual_attention_mask = torch.ones(batch, regions, dtype=torch.long)
-    visual_attention_mask[-1, regions - 2:] = 0
-    corners = torch.rand(batch, regions, 2, generator=g) * 0.5
-    return {
-        "input_ids": torch.randint(1, config.vocab_size, (batch, words), generator=g) * attention_mask,
-        "attention_mask": attention_mask,
-        "visual_feats": torch.randn(batch, regions, config.visual_feat_dim, generator=g),
-        "visual_pos": torch.cat([corners, corners + 0.4], -1),
-        "visual_attention_mask": visual_attention_mask,
-    }
+from .helpers import tiny_config, write_tiny_vocab
 
 
 @pytest.fixture
@@ -47,36 +23,12 @@ def pretrained_dir(tmp_path, config):
     return tmp_path / "pretrained"
 
 
-def write_tiny_vocab(path, questions_files) -> int:
-    """A WordPiece vocabulary holding BERT's specials and every word of the given question files."""
-    import json
-    import re
-
-    words = set()
-    for file in questions_files:
-        for q in json.loads(Path(file).read_text())["questions"]:
-            words |= set(re.findall(r"\w+|[^\w\s]", q["question"].lower()))
-    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + sorted(words)
-    Path(path).write_text("\n".join(tokens) + "\n")
-    return len(tokens)
-
-
 @pytest.fixture(scope="session")
 def vqa_root(tmp_path_factory):
-    """A VQA fixture (train, val and unannotated test; 8 images x 4 questions per split, 10-36 regions of 16-d features) and a tiny vocab."""
-    from vqa.fixtures import write_vqa_fixture
-
+    """A VQA fixture (train, val, unannotated test; 8 images x 4 questions each, 10-36 regions of
+    16-d features) and a word-piece vocabulary of its question words."""
     root = tmp_path_factory.mktemp("lxmert_vqa")
     fixture = write_vqa_fixture(root, subtypes=("train2014", "val2014", "test2015"), num_images=8,
                                 questions_per_image=4, num_regions=(10, 36), feature_dim=16)
     size = write_tiny_vocab(root / "vocab.txt", fixture.questions.values())
     return root, fixture, size
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models run fastest on one thread, and the test machine is shared."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)

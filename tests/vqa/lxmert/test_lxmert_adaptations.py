@@ -10,7 +10,7 @@ from common.attention import aux_losses, clamp_spans
 from vqa.lxmert.adapt import Adaptation, LayerDropOptions, adapt_lxmert, adaptive_attention, pruned_layers
 from vqa.lxmert.model import build_vqa_model, head_parameters
 
-from conftest import NUM_ANSWERS, tiny_config, tiny_inputs
+from .helpers import NUM_ANSWERS, tiny_config, tiny_inputs
 
 
 def _model(config, seed=0, **adaptation):

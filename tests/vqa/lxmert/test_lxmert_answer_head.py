@@ -12,7 +12,7 @@ from vqa.lxmert import Adaptation, load_vqa_model
 from vqa.lxmert import train as lxmert_train
 from vqa.lxmert.answer_head import convert_answer, load_answer_table, transfer_answer_head
 
-from conftest import tiny_config
+from .helpers import tiny_config
 
 TABLE = ["yes", "no", "2", "red", "man"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from vqa.lxmert import Adaptation, LayerDropOptions, build_vqa_model
 from vqa.lxmert.flops import count_flops, dummy_inputs, flops_report
 
-from conftest import tiny_config
+from .helpers import tiny_config
 
 WORDS, REGIONS = 7, 11
 

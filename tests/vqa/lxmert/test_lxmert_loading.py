@@ -11,7 +11,7 @@ from transformers import LxmertForPreTraining, LxmertModel
 from vqa.lxmert.adapt import Adaptation, adaptive_attention
 from vqa.lxmert.model import PretrainedError, load_vqa_model
 
-from conftest import NUM_ANSWERS, tiny_inputs
+from .helpers import NUM_ANSWERS, tiny_inputs
 
 ADAPTATIONS = {
     "softmax": {},

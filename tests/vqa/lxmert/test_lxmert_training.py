@@ -16,7 +16,7 @@ from vqa.lxmert import evaluate as lxmert_evaluate
 from vqa.lxmert import train as lxmert_train
 from vqa.lxmert.data import bert_encoder, model_inputs
 
-from conftest import tiny_config
+from .helpers import tiny_config
 
 
 def test_tiny_span_model_overfits_fixture_questions(vqa_root):
