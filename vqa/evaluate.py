@@ -100,7 +100,7 @@ def confidence_view(confidence: torch.Tensor, correct: torch.Tensor):
 def evaluate_run(run_dir: Path, split: Optional[str] = None, data_root: Optional[str] = None,
                  noise_std: Sequence[float] = (), mc_samples: int = 0, mc_dropout: bool = True,
                  p_threshold: float = 0.05, seed: int = 0, batch_size: Optional[int] = None,
-                 out: Optional[Path] = None, progress: bool = True) -> Dict:
+                 out: Optional[Path] = None, progress: bool = True, device: Optional[str] = None) -> Dict:
     """Evaluate the latest checkpoint of ``run_dir`` (see the module docstring); returns the report."""
     cfg, vocab, answers, model, epoch = load_run(run_dir, data_root)
     split = split or cfg.data.eval_split
@@ -109,7 +109,8 @@ def evaluate_run(run_dir: Path, split: Optional[str] = None, data_root: Optional
                          vocab.pad, cfg.data.max_regions)
     loader = DataLoader(dataset, batch_size or cfg.train.eval_batch_size, collate_fn=dataset.collate)
     out = out or run_dir / f"eval_{split}.json"
-    device = torch.device("cpu")
+    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    model.to(device)
     report: Dict = {"run": str(run_dir), "split": split, "epoch": epoch, "attention": cfg.attention.name,
                     "conditions": {}}
     by_question = {a["question_id"]: a for a in annotations} if annotations is not None else None
@@ -158,6 +159,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="seed of the noise and the Monte Carlo sampling")
     parser.add_argument("--batch-size", type=int, help="default: the run's train.eval_batch_size")
     parser.add_argument("--threads", type=int, help="torch threads")
+    parser.add_argument("--device", help="cpu, cuda, cuda:1, ... (default: cuda when available)")
     parser.add_argument("--out", type=Path, help="report JSON (default <run>/eval_<split>.json)")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
@@ -166,7 +168,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         report = evaluate_run(args.run, args.split, args.data_root, args.noise_std, args.mc_samples,
                               not args.no_mc_dropout, args.p_threshold, args.seed, args.batch_size, args.out,
-                              not args.no_progress)
+                              not args.no_progress, args.device)
     except (FileNotFoundError, VQADataError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

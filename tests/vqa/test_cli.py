@@ -9,6 +9,7 @@ from common.metrics import expected_calibration_error
 from vqa import evaluate as vqa_evaluate
 from vqa import train as vqa_train
 from vqa.evaluation import load_submission
+from vqa.fixtures import write_vqa_fixture
 
 from .conftest import TINY
 
@@ -75,6 +76,13 @@ def test_train_resume_and_evaluate(vqa_fixture, tmp_path):
         mc = condition["mc"]
         assert 0 <= mc["pavpu"] <= 100 and 0 <= mc["ece"] <= 100 and mc["samples"] == 3
         assert (tmp_path / f"reliability_val_{'clean' if condition['noise_std'] == 0 else 'noise_3'}.png").stat().st_size
+
+    # a test split has no annotations: predictions in the official format only
+    test_root = write_vqa_fixture(tmp_path / "test_data", subtypes=("test2015",), num_images=2, feature_dim=16).root
+    assert vqa_evaluate.main([str(out), "--split", "test", "--data-root", str(test_root), "--no-progress",
+                              "--out", str(tmp_path / "test" / "eval.json")]) == 0
+    clean = json.loads((tmp_path / "test" / "eval.json").read_text())["conditions"]["clean"]
+    assert "accuracy" not in clean and len(load_submission(clean["results_file"])) == 10
 
 
 def test_resuming_with_another_config_is_refused(vqa_fixture, tmp_path, capsys):
