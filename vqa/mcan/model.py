@@ -13,10 +13,9 @@ belongs to the loss (``binary_cross_entropy_with_logits``) for numerical safety.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import List, Optional
 
-import torch
 from torch import Tensor, nn
 
 from common.attention import AttendConfig
@@ -43,9 +42,6 @@ class MCANConfig:
     attention: str = "softmax"
     attention_options: dict = field(default_factory=dict)
     flat_attention: bool = True  # the AttFlat poolings use the normalizer too (False: softmax)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 @dataclass
