@@ -2,6 +2,7 @@
 features with boxes normalised by the image size (LXMERT's ``visual_pos``)."""
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 from typing import Callable, Dict, List
 
@@ -17,7 +18,9 @@ def bert_encoder(vocab_file: Path, max_words: int) -> Callable[[str], List[int]]
     if not Path(vocab_file).is_file():
         raise VQADataError(f"BERT vocabulary {vocab_file} (data.vocab) does not exist; it must be bert-base-uncased's "
                            f"vocab.txt (in this workspace: <data-root>/text/bert-base-uncased/vocab.txt)")
-    tokenizer = BertTokenizer(vocab=str(vocab_file))
+    # transformers 4 names the argument vocab_file, transformers 5 vocab
+    argument = "vocab_file" if "vocab_file" in inspect.signature(BertTokenizer.__init__).parameters else "vocab"
+    tokenizer = BertTokenizer(**{argument: str(vocab_file)})
     if tokenizer.pad_token_id != 0:
         raise VQADataError(f"{vocab_file}: [PAD] must be the first entry (id 0), as in BERT's vocab.txt")
 
