@@ -67,6 +67,7 @@ def evaluate_run(run_dir: Path, split: Optional[str] = None, data_root: Optional
     dataset = VQADataset(questions, annotations, store, answers, encode, 0, cfg.data.max_regions)
     loader = DataLoader(dataset, batch_size or cfg.train.eval_batch_size, collate_fn=dataset.collate,
                         num_workers=cfg.train.num_workers)
+    prune = prune and cfg.model.prune_at_eval
     ids, logits = predict(model, loader, device, prune, adaptation, progress)
     predictions = answers_of(ids, logits, answers)
     predictions_path = write_submission(run_dir / f"{split}_predictions.json", predictions)
@@ -77,7 +78,8 @@ def evaluate_run(run_dir: Path, split: Optional[str] = None, data_root: Optional
     record = results_record(
         OmegaConf.to_container(cfg), split=split, checkpoint=str(checkpoint), questions=len(dataset),
         accuracy=vqa_accuracy(annotations, predictions).summary() if annotations is not None else None,
-        pruned=prune and adaptation.layerdrop.active, layers_pruned_per_stack=kept if prune else None,
+        pruned=prune and adaptation.layerdrop.active,
+        layers_pruned_per_stack=kept if prune and adaptation.layerdrop.active else None,
         flops_per_question=measure_flops(model, cfg, adaptation, device), predictions=str(predictions_path))
     atomic_write_json(run_dir / f"eval_{split}.json", record)
     return record
@@ -88,7 +90,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--run", required=True, help="output directory of python -m vqa.lxmert.train")
     parser.add_argument("--split", help="a split of data.splits (default: the run's data.eval_split)")
     parser.add_argument("--data-root", help="data root (default: the run's, else $ATTN_DATA_ROOT)")
-    parser.add_argument("--no-prune", action="store_true", help="run every layer even when LayerDrop was trained")
+    parser.add_argument("--no-prune", action="store_true",
+                        help="run every layer even when the run prunes at evaluation (model.prune_at_eval)")
     parser.add_argument("--batch-size", type=int, help="evaluation batch size (default: the run's)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)
