@@ -77,7 +77,7 @@ def process_punctuation(text: str) -> str:
             out = out.replace(p, "")
         else:
             out = out.replace(p, " ")
-    return _PERIOD_STRIP.sub("", out, _OFFICIAL_PERIOD_COUNT)
+    return _PERIOD_STRIP.sub("", out, count=_OFFICIAL_PERIOD_COUNT)
 
 
 def process_digit_article(text: str) -> str:

@@ -107,9 +107,10 @@ def evaluate_run(run_dir: Path, split: Optional[str] = None, data_root: Optional
     questions, annotations, store = load_split(cfg, split)
     dataset = VQADataset(questions, annotations, store, answers, QuestionEncoder(vocab, cfg.data.max_question_len),
                          vocab.pad, cfg.data.max_regions)
-    loader = DataLoader(dataset, batch_size or cfg.train.eval_batch_size, collate_fn=dataset.collate)
-    out = out or run_dir / f"eval_{split}.json"
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    loader = DataLoader(dataset, batch_size or cfg.train.eval_batch_size, collate_fn=dataset.collate,
+                        num_workers=cfg.train.num_workers, pin_memory=device.type == "cuda")
+    out = out or run_dir / f"eval_{split}.json"
     model.to(device)
     report: Dict = {"run": str(run_dir), "split": split, "epoch": epoch, "attention": cfg.attention.name,
                     "conditions": {}}

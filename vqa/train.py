@@ -223,7 +223,7 @@ def run(cfg: DictConfig, progress: bool = True) -> Dict:
         if eval_annotations is not None:
             eval_set = VQADataset(qs, eval_annotations, store, answers, encode, vocab.pad, cfg.data.max_regions)
             eval_loader = DataLoader(eval_set, cfg.train.eval_batch_size, collate_fn=eval_set.collate,
-                                     num_workers=cfg.train.num_workers)
+                                     num_workers=cfg.train.num_workers, pin_memory=env.device.type == "cuda")
 
     checkpointer = Checkpointer(out_dir, keep=2)
     fresh = not checkpointer.paths()  # a resumed model gets its embeddings from the checkpoint
@@ -255,7 +255,8 @@ def run(cfg: DictConfig, progress: bool = True) -> Dict:
         for epoch in range(start_epoch, cfg.train.epochs):
             sampler.set_epoch(epoch)
             loader = DataLoader(train_set, cfg.train.batch_size, sampler=sampler, collate_fn=collate,
-                                num_workers=cfg.train.num_workers, drop_last=True)
+                                num_workers=cfg.train.num_workers, drop_last=True,
+                                pin_memory=env.device.type == "cuda")
             ddp_model.train()
             epoch_start = time.perf_counter()
             sums = {"bce": 0.0, "kl": 0.0, "n": 0}

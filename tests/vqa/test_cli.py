@@ -6,6 +6,8 @@ import pytest
 import torch
 
 from common.metrics import expected_calibration_error
+from common.text import Vocabulary
+from common.utils.distributed import DistEnv
 from vqa import evaluate as vqa_evaluate
 from vqa import train as vqa_train
 from vqa.evaluation import load_submission
@@ -99,3 +101,15 @@ def test_missing_data_is_a_clear_error(tmp_path, capsys):
     assert code == 2 and "v2_OpenEnded_mscoco_train2014_questions.json does not exist" in err
     assert vqa_train.main(["--data-root", str(tmp_path), "model.hiden=3"]) == 2
     assert "model.hiden" in capsys.readouterr().err
+
+
+def test_glove_vectors_reach_the_run(vqa_fixture, tmp_path, capsys):
+    glove = tmp_path / "glove.txt"
+    glove.write_text("is " + " ".join(["0.5"] * 16) + "\nthe " + " ".join(["-1"] * 16) + "\n")
+    cfg = vqa_train.load_config([*SMALL, f"data.glove={glove}", f"data_root={vqa_fixture.root}"])
+    vocab = Vocabulary(["is", "the", "zebra"], specials=("<pad>", "<unk>"))
+    vectors = vqa_train.word_vectors(cfg, vocab, DistEnv())
+    assert torch.equal(vectors[vocab.index("is")], torch.full((16,), 0.5)) and not vectors[vocab.index("zebra")].any()
+    assert "GloVe: vectors for 66.7% of 5 question words" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="model.word_dim=300; set model.word_dim=16"):
+        vqa_train.word_vectors(vqa_train.load_config([f"data.glove={glove}"]), vocab, DistEnv())
