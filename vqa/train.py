@@ -199,6 +199,50 @@ def evaluate_epoch(model: MCAN, loader: DataLoader, annotations: List[dict], ans
     return vqa_accuracy(annotations, predictions).summary(), predictions
 
 
+def train_epoch(ddp_model, loader: DataLoader, optimizer, scheduler, schedule: attention.KLSchedule,
+                collect_kl: bool, update: int, cfg: DictConfig, env: DistEnv, logger: MetricsLogger,
+                progress: bool, desc: str) -> Tuple[Dict[str, float], int]:
+    """One pass over ``loader``: summed BCE (+ weighted KL) per batch, Adam and scheduler steps.
+
+    Returns this process's sums (``bce``, ``kl`` weighted by batch size, ``n`` questions) and the
+    update count after the epoch.
+    """
+    ddp_model.train()
+    device = next(ddp_model.parameters()).device
+    sums = {"bce": 0.0, "kl": 0.0, "n": 0}
+    bar = tqdm(loader, desc=desc, leave=False, disable=None if progress else True, mininterval=2.0)
+    for batch in bar:
+        batch = to_device(batch, device)
+        optimizer.zero_grad(set_to_none=True)
+        if collect_kl:
+            with attention.aux_losses() as aux:
+                logits = ddp_model(*model_inputs(batch))
+            kl, kl_weight = aux.total(), schedule(update)
+        else:
+            logits, kl, kl_weight = ddp_model(*model_inputs(batch)), torch.zeros((), device=device), 0.0
+        bce = F.binary_cross_entropy_with_logits(logits, batch["target"], reduction="sum")
+        # DDP averages gradients over processes: scale the summed BCE so the update is that of
+        # the BCE summed over the global batch, as MCAN's single-process loss.
+        loss = bce * env.world_size + kl_weight * kl
+        loss.backward()
+        if cfg.optim.grad_clip:
+            torch.nn.utils.clip_grad_norm_(ddp_model.parameters(), cfg.optim.grad_clip)
+        optimizer.step()
+        scheduler.step()
+        update += 1
+        size = batch["target"].shape[0]
+        sums["bce"] += bce.item()
+        sums["kl"] += kl.item() * size
+        sums["n"] += size
+        if update % cfg.train.log_every == 0:
+            logger.log(update, **{"train/bce": all_reduce_mean(bce.detach() / size, env),
+                                  "train/kl": all_reduce_mean(kl.detach(), env), "train/kl_weight": kl_weight,
+                                  "train/lr": scheduler.get_last_lr()[0]})
+        bar.set_postfix(bce=f"{bce.item() / size:.3f}", refresh=False)
+    bar.close()
+    return sums, update
+
+
 def run(cfg: DictConfig, progress: bool = True) -> Dict:
     """Train (or resume) the run described by ``cfg``; returns the results record."""
     env = init_distributed()
@@ -257,40 +301,9 @@ def run(cfg: DictConfig, progress: bool = True) -> Dict:
             loader = DataLoader(train_set, cfg.train.batch_size, sampler=sampler, collate_fn=collate,
                                 num_workers=cfg.train.num_workers, drop_last=True,
                                 pin_memory=env.device.type == "cuda")
-            ddp_model.train()
             epoch_start = time.perf_counter()
-            sums = {"bce": 0.0, "kl": 0.0, "n": 0}
-            bar = tqdm(loader, desc=f"epoch {epoch + 1}/{cfg.train.epochs}", leave=False,
-                       disable=None if progress and env.is_main else True, mininterval=2.0)
-            for batch in bar:
-                batch = to_device(batch, env.device)
-                optimizer.zero_grad(set_to_none=True)
-                if collect_kl:
-                    with attention.aux_losses() as aux:
-                        logits = ddp_model(*model_inputs(batch))
-                    kl, kl_weight = aux.total(), schedule(update)
-                else:
-                    logits, kl, kl_weight = ddp_model(*model_inputs(batch)), torch.zeros((), device=env.device), 0.0
-                bce = F.binary_cross_entropy_with_logits(logits, batch["target"], reduction="sum")
-                # DDP averages gradients over processes: scale the summed BCE so the update is that of
-                # the BCE summed over the global batch, as MCAN's single-process loss.
-                loss = bce * env.world_size + kl_weight * kl
-                loss.backward()
-                if cfg.optim.grad_clip:
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip)
-                optimizer.step()
-                scheduler.step()
-                update += 1
-                size = batch["target"].shape[0]
-                sums["bce"] += bce.item()
-                sums["kl"] += kl.item() * size
-                sums["n"] += size
-                if update % cfg.train.log_every == 0:
-                    logger.log(update, **{"train/bce": all_reduce_mean(bce.detach() / size, env),
-                                          "train/kl": all_reduce_mean(kl.detach(), env), "train/kl_weight": kl_weight,
-                                          "train/lr": scheduler.get_last_lr()[0]})
-                bar.set_postfix(bce=f"{bce.item() / size:.3f}", refresh=False)
-            bar.close()
+            sums, update = train_epoch(ddp_model, loader, optimizer, scheduler, schedule, collect_kl, update, cfg, env,
+                                       logger, progress and env.is_main, f"epoch {epoch + 1}/{cfg.train.epochs}")
             seconds = time.perf_counter() - epoch_start
             trained_questions += sums["n"] * env.world_size
             train_seconds += seconds
