@@ -38,7 +38,8 @@ from transformers import LxmertConfig
 
 from common import attention
 from common.utils import (
-    Checkpointer, MetricsLogger, atomic_write_json, environment, results_record, seed_everything,
+    Checkpointer, MetricsLogger, atomic_write_json, atomic_write_text, environment, results_record,
+    seed_everything,
 )
 from common.utils.config import layer_configs, packaged_config, to_dict
 from vqa.answers import AnswerVocab
@@ -208,6 +209,7 @@ def run(cfg: DictConfig, progress: bool = True) -> Dict:
     history: List[Dict] = [] if state is None else state["extra"]["history"]
     schedule = kl_schedule(cfg)
     collect = adaptation.span is not None or cfg.kl.weight > 0
+    _drop_metrics_after(out_dir / "metrics.jsonl", step)  # logged by an interrupted attempt past its checkpoint
     logger = MetricsLogger(out_dir)
     if step == 0:
         logger.log(0, **head_parameters(model))
@@ -282,6 +284,15 @@ def run(cfg: DictConfig, progress: bool = True) -> Dict:
     results["environment"]["packages"].update(_versions())
     atomic_write_json(out_dir / "results.json", results)
     return results
+
+
+def _drop_metrics_after(path: Path, step: int) -> None:
+    """Keep the ``metrics.jsonl`` records up to ``step``, the resumed checkpoint's (at a fresh start: none)."""
+    if not path.is_file():
+        return
+    records = [line for line in path.read_text().splitlines() if line.strip()]
+    kept = [line for line in records if step and json.loads(line)["step"] <= step]
+    atomic_write_text(path, "".join(line + "\n" for line in kept))
 
 
 def _load_summary(path: Path) -> Optional[Dict]:

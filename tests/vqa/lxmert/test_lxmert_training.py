@@ -74,9 +74,15 @@ def test_train_cli_resumes_exactly_and_evaluate_reproduces_its_accuracy(vqa_root
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     assert lxmert_train.main(_train_args(root, straight, *variant, "train.epochs=2")) == 0
     assert lxmert_train.main(_train_args(root, resumed, *variant, "train.epochs=2", "train.max_steps=3")) == 0
+    with open(resumed / "metrics.jsonl", "a") as f:                     # logged after the checkpoint, then killed
+        f.write(json.dumps({"step": 4, "train/loss": 99.0}) + "\n")
     assert lxmert_train.main(_train_args(root, resumed, *variant, "train.epochs=2")) == 0
     a, b = _weights(straight), _weights(resumed)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    # the training curve of the resumed run is the straight run's: no update logged twice or lost
+    curves = [[r for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if "train/loss" in r]
+              for out in (straight, resumed)]
+    assert [r["step"] for r in curves[1]] == list(range(1, 9)) and curves[0] == curves[1]
 
     results = json.loads((straight / "results.json").read_text())
     assert results["steps"] == 8 and [e["step"] for e in results["epochs"]] == [4, 8]
