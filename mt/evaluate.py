@@ -2,7 +2,7 @@
 
     python -m mt.evaluate runs/mt/multi30k/lstm-cpu --split test_2016_flickr [--beam 5] [--average 5]
 
-Writes ``<run>/eval_<split>[_avg<N>]_beam<K>.json`` (BLEU both ways, the SacreBLEU
+Writes ``<run>/eval_<split>[_avg<N> | _step_<S>]_beam<K>.json`` (BLEU both ways, the SacreBLEU
 signature, sentences/s, config and versions) and the hypotheses beside it (``.hyp.txt``).
 """
 from __future__ import annotations
@@ -57,6 +57,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--length-penalty", type=float, default=None)
     parser.add_argument("--average", type=int, default=None,
                         help="average the last N checkpoints instead of using best.pt")
+    parser.add_argument("--checkpoint", type=Path, default=None,
+                        help="score the weights of this checkpoint file (e.g. <run>/checkpoints/step_346.pt)")
     parser.add_argument("--data-root", default=None, help=f"data root (default: ${DATA_ROOT_ENV})")
     parser.add_argument("--threads", type=int, default=None)
     args = parser.parse_args(argv)
@@ -65,7 +67,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         files = RunFiles(args.run_dir)
         cfg = files.config()
-        model = load_model(files, average_last=args.average)
+        model = load_model(files, average_last=args.average, checkpoint=args.checkpoint)
         prepared = files.prepared(default_data_root(args.data_root))
     except (DataError, FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
@@ -79,10 +81,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         except DataError as err:
             print(f"error: {err}", file=sys.stderr)
             return 2
-        name = f"eval_{split}{f'_avg{args.average}' if args.average else ''}_beam{beam}"
+        weights = f"_{args.checkpoint.stem}" if args.checkpoint else (f"_avg{args.average}" if args.average else "")
+        name = f"eval_{split}{weights}_beam{beam}"
         write_lines(files.dir / f"{name}.hyp.txt", result.pop("hypotheses"))
         atomic_write_json(files.dir / f"{name}.json", results_record(
-            cfg, **result, beam=beam, length_penalty=lp, average_last=args.average))
+            cfg, **result, beam=beam, length_penalty=lp, average_last=args.average,
+            checkpoint=str(args.checkpoint) if args.checkpoint else None))
         print(f"{split}: BLEU {result['bleu']:.2f} (tokenised, lowercased) | SacreBLEU {result['sacrebleu']:.2f} "
               f"{result['sacrebleu_signature']} | {result['sentences_per_second']:.1f} sentences/s")
     return 0

@@ -70,11 +70,16 @@ def new_model(cfg: dict, src_vocab: Vocabulary, tgt_vocab: Vocabulary) -> nn.Mod
     return build_model(cfg["model"], len(src_vocab), len(tgt_vocab), src_vocab.pad, tgt_vocab.pad)
 
 
-def load_model(files: RunFiles, average_last: Optional[int] = None) -> nn.Module:
-    """The run's model in eval mode: ``best.pt``, or the mean of the last ``average_last`` checkpoints."""
+def load_model(files: RunFiles, average_last: Optional[int] = None, checkpoint: Optional[Path] = None) -> nn.Module:
+    """The run's model in eval mode: ``best.pt``, the mean of the last ``average_last``
+    checkpoints, or the weights of one ``checkpoint`` file."""
     src, tgt = files.vocabs()
     model = new_model(files.config(), src, tgt)
-    if average_last and average_last > 1:
+    if checkpoint is not None:
+        if not Path(checkpoint).is_file():
+            raise FileNotFoundError(f"checkpoint {checkpoint} does not exist; the run has {files.checkpoints()}")
+        model.load_state_dict(torch.load(checkpoint, map_location="cpu", weights_only=False)["model"])
+    elif average_last and average_last > 1:
         paths = files.checkpoints()[-average_last:]
         if len(paths) < average_last:
             raise FileNotFoundError(f"{files.dir}/checkpoints holds {len(paths)} checkpoints, fewer than "
