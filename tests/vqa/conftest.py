@@ -1,10 +1,8 @@
-"""A tiny MCAN configuration and a VQA fixture shared by the MCAN tests."""
+"""A VQA fixture shared by the MCAN tests; every vqa test runs on one thread."""
 import pytest
 import torch
 
 from vqa.fixtures import write_vqa_fixture
-
-TINY = dict(feature_dim=16, word_dim=16, hidden=32, heads=4, ffn=64, layers=2, flat_mlp=32, flat_out=64)
 
 
 @pytest.fixture(scope="session")

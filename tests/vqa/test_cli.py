@@ -13,7 +13,7 @@ from vqa import train as vqa_train
 from vqa.evaluation import load_submission
 from vqa.fixtures import write_vqa_fixture
 
-from .conftest import TINY
+from .helpers import TINY
 
 SMALL = [f"model.{k}={v}" for k, v in TINY.items()] + ["train.batch_size=10", "train.eval_batch_size=25",
                                                       "train.log_every=2"]

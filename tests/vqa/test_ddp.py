@@ -6,7 +6,7 @@ import sys
 
 import torch
 
-from .conftest import TINY
+from .helpers import TINY
 
 ARGS = [f"model.{k}={v}" for k, v in TINY.items()] + ["model.dropout=0.0", "model.layers=1", "--epochs", "2",
                                                       "--attention", "softmax", "--no-progress"]

@@ -11,7 +11,7 @@ from vqa.data import QuestionEncoder, VQADataset, build_question_vocab, load_ann
 from vqa.evaluation import vqa_accuracy
 from vqa.mcan import MCAN, MCANConfig
 
-from .conftest import TINY
+from .helpers import TINY
 
 NORMALIZERS = ("softmax", "bam-wf", "bam-wc", "bam-lf", "bam-lc", "entmax")
 
