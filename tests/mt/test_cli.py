@@ -46,6 +46,11 @@ def test_train_resume_evaluate_translate(tiny_root, tmp_path, capsys, monkeypatc
     record = json.loads((straight / "eval_val_avg2_beam1.json").read_text())
     assert record["sentences"] == 12 and record["average_last"] == 2
     assert len((straight / "eval_val_avg2_beam1.hyp.txt").read_text().splitlines()) == 12
+    assert evaluate.main([str(straight), "--split", "val", "--beam", "1", "--data-root", str(tiny_root),
+                          "--checkpoint", str(straight / "checkpoints/step_3.pt")]) == 0
+    capsys.readouterr()
+    record = json.loads((straight / "eval_val_step_3_beam1.json").read_text())
+    assert record["checkpoint"].endswith("step_3.pt")
 
     monkeypatch.setattr("sys.stdin", io.StringIO("Ein Hund läuft im Park.\n\nDer Mann sitzt.\n"))
     assert translate.main([str(straight), "--beam", "3"]) == 0
