@@ -64,7 +64,9 @@ def prune_layers(layers: Sequence[nn.Module], keep: Sequence[int]) -> nn.ModuleL
 
     The layers are shared, not copied; assign the result to the model to prune it, e.g.
     ``model.layers = prune_layers(model.layers, every_other_layers(len(model.layers)))``.
-    A :class:`LayerDropList` stays a ``LayerDropList`` with the same ``p``.
+    A :class:`LayerDropList` stays a ``LayerDropList`` with the same ``p``, and the result
+    keeps the train/eval mode of ``layers`` (a new module would start in training mode and,
+    with ``p > 0``, drop layers of a model pruned for evaluation).
     """
     keep = list(keep)
     if not keep:
@@ -74,6 +76,5 @@ def prune_layers(layers: Sequence[nn.Module], keep: Sequence[int]) -> nn.ModuleL
     if keep[0] < 0 or keep[-1] >= len(layers):
         raise ValueError(f"keep {keep} is out of range for {len(layers)} layers")
     chosen = [layers[i] for i in keep]
-    if isinstance(layers, LayerDropList):
-        return LayerDropList(chosen, p=layers.p)
-    return nn.ModuleList(chosen)
+    pruned = LayerDropList(chosen, p=layers.p) if isinstance(layers, LayerDropList) else nn.ModuleList(chosen)
+    return pruned.train(getattr(layers, "training", True))

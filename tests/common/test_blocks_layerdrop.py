@@ -64,3 +64,11 @@ def test_prune_removes_exactly_the_chosen_layers():
     for bad in ([], [2, 2], [3, 1], [0, 6]):
         with pytest.raises(ValueError):
             prune_layers(layers, bad)
+
+
+def test_pruning_an_evaluating_model_keeps_eval_mode_so_no_layer_is_dropped():
+    layers = LayerDropList([AddIndex(i) for i in range(6)], p=0.9).eval()
+    pruned = prune_layers(layers, every_other_layers(6))
+    assert not pruned.training
+    assert all(run(pruned) == [0, 2, 4] for _ in range(20))  # p=0.9 would drop nearly all in training
+    assert prune_layers(layers.train(), [0, 1]).training
