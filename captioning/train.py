@@ -183,7 +183,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--config", help="a YAML file merged over the packaged config")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.add_argument("overrides", nargs="*", metavar="key=value")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)
     overrides = list(args.overrides)
     for key, value in (("data_root", args.data_root), ("out_dir", args.out)):
         if value is not None:

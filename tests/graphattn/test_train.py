@@ -89,3 +89,8 @@ def test_short_cora_run_logs_curves_to_jsonl_and_tensorboard(attn_data_root, tmp
     val_acc = events.Scalars("val/acc")
     assert [e.step for e in val_acc] == list(range(5))
     assert [e.value for e in val_acc] == pytest.approx([r["val/acc"] for r in records])
+
+
+def test_overrides_may_come_between_options():
+    args = train.parse_args(["--dataset", "Cora", "--no-progress", "optim.lr=0.01", "--seeds", "2", "kl.weight=0.5"])
+    assert args.overrides == ["optim.lr=0.01", "kl.weight=0.5"] and args.seeds == 2 and args.dataset == "Cora"
