@@ -22,7 +22,7 @@ import json
 import re
 from collections import Counter
 from pathlib import Path
-from typing import Iterable, Mapping, Optional, Sequence, Union
+from typing import Dict, Iterable, Mapping, Optional, Sequence, Union
 
 import torch
 
@@ -182,3 +182,8 @@ class AnswerVocab:
             if index is not None:
                 target[index] = soft_score(count)
         return target
+
+
+def answers_of(question_ids: Sequence[int], logits: torch.Tensor, answers: AnswerVocab) -> Dict[int, str]:
+    """The highest-scoring answer of each question: ``{question_id: answer}``."""
+    return {q: answers.answer(i) for q, i in zip(question_ids, logits.argmax(-1).tolist())}

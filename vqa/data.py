@@ -18,14 +18,16 @@ import json
 import re
 from collections import Counter
 from pathlib import Path
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Union
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
+from omegaconf import DictConfig
 from torch.utils.data import Dataset
 
 from common.features import RegionFeatures, RegionFeatureStore, pad_regions
 from common.text import Vocabulary
+from common.utils import default_data_root
 
 from .answers import AnswerVocab
 
@@ -214,3 +216,25 @@ def collate(items: Sequence[Dict], pad_id: int = 0, max_regions: Optional[int] =
     if all("target" in item for item in items):
         batch["target"] = torch.stack([item["target"] for item in items])
     return batch
+
+
+def data_path(cfg: DictConfig, path: Optional[str]) -> Optional[Path]:
+    """``path`` under the data root (``--data-root``, else ``$ATTN_DATA_ROOT``), unless absolute."""
+    if path is None:
+        return None
+    path = Path(path).expanduser()
+    return path if path.is_absolute() else default_data_root(cfg.data_root) / path
+
+
+def load_split(cfg: DictConfig, name: str) -> Tuple[List[dict], Optional[List[dict]], RegionFeatureStore]:
+    """Questions, annotations (None for test splits) and region features of split ``name``."""
+    if name not in cfg.data.splits:
+        raise VQADataError(f"unknown split {name!r}; the config defines data.splits {sorted(cfg.data.splits)}")
+    split = cfg.data.splits[name]
+    questions = load_questions(data_path(cfg, split.questions))
+    annotations = load_annotations(data_path(cfg, split.annotations)) if split.annotations else None
+    features_path = data_path(cfg, split.features)
+    if not features_path.is_file():
+        raise VQADataError(f"region features {features_path} (data.splits.{name}.features) do not exist; convert "
+                           f"bottom-up features with scripts/convert_features.py or set the path")
+    return questions, annotations, RegionFeatureStore(features_path)

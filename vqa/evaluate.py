@@ -39,7 +39,9 @@ from common.utils import Checkpointer, atomic_write_json, results_record, seed_e
 from .answers import AnswerVocab, prep_answer
 from .data import QuestionEncoder, VQADataError, VQADataset
 from .evaluation import vqa_accuracy, write_submission
-from .train import add_feature_noise, answers_of, build_model, load_split, predict_logits, to_device
+from .answers import answers_of
+from .data import load_split
+from .train import add_feature_noise, build_model, predict_logits, to_device
 
 
 def load_run(run_dir: Path, data_root: Optional[str] = None):

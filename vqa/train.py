@@ -31,18 +31,16 @@ from torch.utils.data import DataLoader, DistributedSampler
 from tqdm.auto import tqdm
 
 from common import attention
-from common.features import RegionFeatureStore
 from common.text import Vocabulary
 from common.utils import (
-    Checkpointer, MetricsLogger, atomic_write_json, default_data_root, results_record, seed_everything,
+    Checkpointer, MetricsLogger, atomic_write_json, results_record, seed_everything,
 )
 from common.utils.config import layer_configs, packaged_config, to_dict
 from common.utils.distributed import DistEnv, all_reduce_mean, cleanup, init_distributed, shard_sampler, wrap_model
 
 from .answers import AnswerVocab
-from .data import (
-    QuestionEncoder, VQADataError, VQADataset, build_question_vocab, load_annotations, load_glove, load_questions,
-)
+from .answers import answers_of
+from .data import QuestionEncoder, VQADataError, VQADataset, build_question_vocab, data_path, load_glove, load_split
 from .evaluation import vqa_accuracy, write_submission
 from .mcan import MCAN, MCANConfig
 
@@ -56,28 +54,6 @@ def load_config(overrides: Sequence[str] = (), config_file: Optional[str] = None
     """``vqa/configs/mcan_small.yaml`` <- ``--config`` file <- ``key=value`` overrides."""
     return layer_configs(packaged_config("vqa", CONFIG_NAME), config_file, overrides,
                          open_keys=("attention.options", "data.splits"), defaults_name=f"vqa/configs/{CONFIG_NAME}")
-
-
-def data_path(cfg: DictConfig, path: Optional[str]) -> Optional[Path]:
-    """``path`` under the data root (``--data-root``, else ``$ATTN_DATA_ROOT``), unless absolute."""
-    if path is None:
-        return None
-    path = Path(path).expanduser()
-    return path if path.is_absolute() else default_data_root(cfg.data_root) / path
-
-
-def load_split(cfg: DictConfig, name: str) -> Tuple[List[dict], Optional[List[dict]], RegionFeatureStore]:
-    """Questions, annotations (None for test splits) and region features of split ``name``."""
-    if name not in cfg.data.splits:
-        raise VQADataError(f"unknown split {name!r}; the config defines data.splits {sorted(cfg.data.splits)}")
-    split = cfg.data.splits[name]
-    questions = load_questions(data_path(cfg, split.questions))
-    annotations = load_annotations(data_path(cfg, split.annotations)) if split.annotations else None
-    features_path = data_path(cfg, split.features)
-    if not features_path.is_file():
-        raise VQADataError(f"region features {features_path} (data.splits.{name}.features) do not exist; convert "
-                           f"bottom-up features with scripts/convert_features.py or set the path")
-    return questions, annotations, RegionFeatureStore(features_path)
 
 
 def build_model(cfg: DictConfig, vocab_size: int, num_answers: int, word_vectors: Optional[torch.Tensor] = None) -> MCAN:
@@ -139,10 +115,6 @@ def predict_logits(model: MCAN, loader: DataLoader, device: torch.device, noise_
         logits.append(model(batch["question_tokens"], batch["question_mask"], features, batch["region_mask"]).float().cpu())
         ids += batch["question_id"].tolist()
     return ids, torch.cat(logits)
-
-
-def answers_of(question_ids: Sequence[int], logits: torch.Tensor, answers: AnswerVocab) -> Dict[int, str]:
-    return {q: answers.answer(i) for q, i in zip(question_ids, logits.argmax(-1).tolist())}
 
 
 def default_out_dir(cfg: DictConfig) -> Path:

@@ -22,10 +22,9 @@ from torch.utils.data import DataLoader
 from transformers import LxmertConfig
 
 from common.utils import Checkpointer, atomic_write_json, results_record
-from vqa.answers import AnswerVocab
-from vqa.data import VQADataError, VQADataset
+from vqa.answers import AnswerVocab, answers_of
+from vqa.data import VQADataError, VQADataset, data_path, load_split
 from vqa.evaluation import vqa_accuracy, write_submission
-from vqa.train import answers_of, data_path, load_split
 
 from .data import bert_encoder
 from .model import build_vqa_model

@@ -42,10 +42,9 @@ from common.utils import (
     seed_everything,
 )
 from common.utils.config import layer_configs, packaged_config, to_dict
-from vqa.answers import AnswerVocab
-from vqa.data import VQADataError, VQADataset
+from vqa.answers import AnswerVocab, answers_of
+from vqa.data import VQADataError, VQADataset, data_path, load_split
 from vqa.evaluation import vqa_accuracy, write_submission
-from vqa.train import answers_of, data_path, load_split
 
 from .adapt import Adaptation, pruned_layers
 from .answer_head import load_answer_table, transfer_answer_head

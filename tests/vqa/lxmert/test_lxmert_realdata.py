@@ -9,7 +9,7 @@ from vqa.answers import AnswerVocab
 from vqa.fixtures import write_vqa_fixture
 from vqa.lxmert import train as lxmert_train
 from vqa.lxmert.data import bert_encoder
-from vqa.train import data_path
+from vqa.data import data_path
 
 pytestmark = pytest.mark.realdata
 
