@@ -29,10 +29,8 @@ from pathlib import Path
 
 import torch
 
-# The script's folder holds benchmarks/vqa.py, which would shadow the vqa package: import the
-# packages with that folder off the path, then put it back for the shared helpers.
-HERE = str(Path(__file__).resolve().parent)
-sys.path[:] = [p for p in sys.path if str(Path(p or ".").resolve()) != HERE]
+# The repository root goes first, so that ``vqa`` is the package, not benchmarks/vqa.py.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from transformers import LxmertConfig, LxmertForQuestionAnswering  # noqa: E402
 
@@ -40,7 +38,6 @@ from common.attention import aux_losses  # noqa: E402
 from vqa.lxmert import Adaptation, adapt_lxmert, pruned_layers, vqa_loss  # noqa: E402
 from vqa.lxmert.flops import NUM_ANSWERS, count_flops, dummy_inputs  # noqa: E402
 
-sys.path.append(HERE)
 from _measure import _rss_kb, environment, in_subprocess, write_json  # noqa: E402
 
 VARIANTS = {
