@@ -14,7 +14,6 @@ and ``results.json`` (best epoch and its val scores, per-epoch history, config, 
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from contextlib import nullcontext
 import time
@@ -29,6 +28,7 @@ from tqdm.auto import tqdm
 from common import attention
 from common.features import RegionFeatureError, RegionFeatureStore
 from common.utils import Checkpointer, MetricsLogger, atomic_save, atomic_write_json, results_record, seed_everything
+from common.utils.cli import overrides_from, training_parser
 
 from .config import build_model, data_path, load_config, run_dir, to_dict
 from .data import CaptionCorpus, CaptionDataset, collate
@@ -174,20 +174,12 @@ def _comparable(config: dict) -> dict:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m captioning.train", description=__doc__.split("\n")[0],
-                                     epilog="Any config key can be set as key=value, e.g. optim.lr=2e-4 "
-                                            "train.epochs=10 (see captioning/configs/att2in.yaml).")
+    parser = training_parser("python -m captioning.train", __doc__.split("\n")[0], "captioning/configs/att2in.yaml",
+                             "optim.lr=2e-4 train.epochs=10",
+                             out_help="output directory (default runs/captioning/<attention>)")
     parser.add_argument("--attention", help="attention variant: " + ", ".join(attention.available()))
-    parser.add_argument("--data-root", help="data directory (default: $ATTN_DATA_ROOT, else the user cache)")
-    parser.add_argument("--out", help="output directory (default runs/captioning/<attention>)")
-    parser.add_argument("--config", help="a YAML file merged over the packaged config")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
-    parser.add_argument("overrides", nargs="*", metavar="key=value")
     args = parser.parse_intermixed_args(argv)
-    overrides = list(args.overrides)
-    for key, value in (("data_root", args.data_root), ("out_dir", args.out)):
-        if value is not None:
-            overrides.append(f"{key}={value}")
+    overrides = overrides_from(args)
     try:
         cfg = load_config(args.attention, overrides, args.config)
         results = run(cfg, progress=not args.no_progress)

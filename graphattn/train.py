@@ -38,6 +38,7 @@ from tqdm.auto import tqdm
 
 from common import attention
 from common.utils import MetricsLogger, atomic_save, atomic_write_json, results_record, seed_everything
+from common.utils.cli import overrides_from, training_parser
 
 from .config import load_config, to_dict
 from .data import PlanetoidDataError, load_planetoid
@@ -202,26 +203,18 @@ def _comparable(config: Dict) -> Dict:
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m graphattn.train", description=__doc__.split("\n")[0],
-                                     epilog="Any config key can be set as key=value, e.g. kl.weight=0.01 "
-                                            "attention.options.k=20 (see graphattn/configs/gat.yaml).")
+    parser = training_parser("python -m graphattn.train", __doc__.split("\n")[0], "graphattn/configs/gat.yaml",
+                             "kl.weight=0.01 attention.options.k=20", data_root_help="directory holding planetoid/",
+                             out_help="output directory (default runs/gat/<dataset>/<attention>)")
     parser.add_argument("--dataset", help="Cora, CiteSeer or PubMed (default: the config's)")
     parser.add_argument("--attention", help="attention variant: " + ", ".join(attention.available()))
     parser.add_argument("--seeds", type=int, help="number of seeds (default 10)")
-    parser.add_argument("--data-root", help="directory holding planetoid/ (default: $ATTN_DATA_ROOT, else the user cache)")
-    parser.add_argument("--out", help="output directory (default runs/gat/<dataset>/<attention>)")
-    parser.add_argument("--config", help="a YAML file merged over the packaged config")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
-    parser.add_argument("overrides", nargs="*", metavar="key=value")
     return parser.parse_intermixed_args(argv)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
-    overrides = list(args.overrides)
-    for key, value in (("seeds", args.seeds), ("data_root", args.data_root), ("out_dir", args.out)):
-        if value is not None:
-            overrides.append(f"{key}={value}")
+    overrides = overrides_from(args, {"seeds": args.seeds})
     try:
         cfg = load_config(args.dataset, args.attention, overrides, args.config)
         results = run(cfg, progress=not args.no_progress)

@@ -35,6 +35,7 @@ from common.text import Vocabulary
 from common.utils import (
     Checkpointer, MetricsLogger, atomic_write_json, results_record, seed_everything,
 )
+from common.utils.cli import overrides_from, training_parser
 from common.utils.config import layer_configs, packaged_config, to_dict
 from common.utils.distributed import DistEnv, all_reduce_mean, cleanup, init_distributed, shard_sampler, wrap_model
 
@@ -311,26 +312,17 @@ def run(cfg: DictConfig, progress: bool = True) -> Dict:
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m vqa.train", description=__doc__.split("\n")[0],
-                                     epilog="Any config key can be set as key=value, e.g. kl.weight=0.01 "
-                                            "train.batch_size=32 (see vqa/configs/mcan_small.yaml).")
+    parser = training_parser("python -m vqa.train", __doc__.split("\n")[0], f"vqa/configs/{CONFIG_NAME}",
+                             "kl.weight=0.01 train.batch_size=32", data_root_help="directory holding vqa/",
+                             out_help="output directory (default runs/vqa/mcan/<attention>)")
     parser.add_argument("--attention", help="attention variant: " + ", ".join(attention.available()))
-    parser.add_argument("--data-root", help="directory holding vqa/ (default: $ATTN_DATA_ROOT, else the user cache)")
-    parser.add_argument("--out", help="output directory (default runs/vqa/mcan/<attention>)")
     parser.add_argument("--epochs", type=int, help="number of epochs (default 13)")
-    parser.add_argument("--config", help="a YAML file merged over the packaged config")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
-    parser.add_argument("overrides", nargs="*", metavar="key=value")
     return parser.parse_intermixed_args(argv)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
-    overrides = list(args.overrides)
-    for key, value in (("attention.name", args.attention), ("data_root", args.data_root), ("out_dir", args.out),
-                       ("train.epochs", args.epochs)):
-        if value is not None:
-            overrides.append(f"{key}={value}")
+    overrides = overrides_from(args, {"attention.name": args.attention, "train.epochs": args.epochs})
     try:
         cfg = load_config(overrides, args.config)
         results = run(cfg, progress=not args.no_progress)

@@ -41,6 +41,7 @@ from common.utils import (
     Checkpointer, MetricsLogger, atomic_write_json, atomic_write_text, environment, results_record,
     seed_everything,
 )
+from common.utils.cli import overrides_from, training_parser
 from common.utils.config import layer_configs, packaged_config, to_dict
 from vqa.answers import AnswerVocab, answers_of
 from vqa.data import VQADataError, VQADataset, data_path, load_split
@@ -309,26 +310,18 @@ def _versions() -> Dict[str, Optional[str]]:
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m vqa.lxmert.train", description=__doc__.split("\n")[0],
-                                     epilog="Any config key can be set as key=value, e.g. optim.name=adamw "
-                                            "train.batch_size=32 (see vqa/configs/lxmert.yaml).")
+    parser = training_parser("python -m vqa.lxmert.train", __doc__.split("\n")[0], "vqa/configs/lxmert.yaml",
+                             "optim.name=adamw train.batch_size=32", data_root_help="directory holding vqa/ and text/",
+                             out_help="output directory (default runs/lxmert/<variant>)")
     parser.add_argument("--variant", help="softmax | span | entmax | layerdrop | bam (default: softmax)")
     parser.add_argument("--pretrained", help="local Hugging Face LXMERT directory (default: model.pretrained "
                                              "under the data root)")
-    parser.add_argument("--data-root", help="directory holding vqa/ and text/ (default: $ATTN_DATA_ROOT, else the user cache)")
-    parser.add_argument("--out", help="output directory (default runs/lxmert/<variant>)")
-    parser.add_argument("--config", help="a YAML file merged over the packaged config")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
-    parser.add_argument("overrides", nargs="*", metavar="key=value")
     return parser.parse_intermixed_args(argv)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
-    overrides = list(args.overrides)
-    for key, value in (("data_root", args.data_root), ("out_dir", args.out), ("model.pretrained", args.pretrained)):
-        if value is not None:
-            overrides.append(f"{key}={value}")
+    overrides = overrides_from(args, {"model.pretrained": args.pretrained})
     try:
         cfg = load_config(args.variant, overrides, args.config)
         results = run(cfg, progress=not args.no_progress)

@@ -1,0 +1,39 @@
+"""The command-line options every training CLI shares, and their mapping onto config keys.
+
+Each domain's ``train`` takes ``--data-root``, ``--out``, ``--config``, ``--no-progress`` and
+any number of ``key=value`` config overrides (anywhere on the line, between options too);
+domain options (``--attention``, ``--dataset`` ...) are added to the returned parser and
+become overrides through :func:`overrides_from`.
+"""
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping
+from typing import Any, Optional
+
+
+def training_parser(prog: str, description: str, defaults: str, example: str,
+                    data_root_help: str = "data directory", out_help: str = "output directory"
+                    ) -> argparse.ArgumentParser:
+    """A parser with the shared options; parse it with ``parse_intermixed_args``.
+
+    Args:
+        prog: e.g. ``"python -m vqa.train"``.
+        defaults: the packaged YAML that lists every key, e.g. ``"vqa/configs/mcan_small.yaml"``.
+        example: overrides shown in the help, e.g. ``"kl.weight=0.01 train.batch_size=32"``.
+    """
+    parser = argparse.ArgumentParser(prog=prog, description=description,
+                                     epilog=f"Any config key can be set as key=value, e.g. {example} (see {defaults}).")
+    parser.add_argument("--data-root", help=f"{data_root_help} (default: $ATTN_DATA_ROOT, else the user cache)")
+    parser.add_argument("--out", help=out_help)
+    parser.add_argument("--config", help="a YAML file merged over the packaged config")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    parser.add_argument("overrides", nargs="*", metavar="key=value")
+    return parser
+
+
+def overrides_from(args: argparse.Namespace, options: Optional[Mapping[str, Any]] = None) -> list[str]:
+    """``args.overrides`` then ``key=value`` for ``--data-root``/``--out`` and each of ``options``
+    (config key -> value from a domain option) that was given; named options win."""
+    given = {"data_root": args.data_root, "out_dir": args.out, **(options or {})}
+    return list(args.overrides) + [f"{key}={value}" for key, value in given.items() if value is not None]
