@@ -29,12 +29,16 @@ from common import attention
 from common.features import RegionFeatureError, RegionFeatureStore
 from common.utils import Checkpointer, MetricsLogger, atomic_save, atomic_write_json, results_record, seed_everything
 from common.utils.cli import overrides_from, training_parser
+from common.utils.config import check_resumable
 
 from .config import build_model, data_path, load_config, run_dir, to_dict
 from .data import CaptionCorpus, CaptionDataset, collate
 from .evaluate import caption_images, format_scores
 from .metrics import score_captions
 from .prepare import CaptionDataError
+
+#: Config keys that may change between a run and its resumption (where files go, speed knobs, length).
+RESUMABLE_KEYS = ("data_root", "out_dir", "eval", "train.num_threads", "train.num_workers", "train.epochs")
 
 
 def caption_nll(log_probs: Tensor, captions: Tensor, pad: int) -> Tensor:
@@ -160,17 +164,9 @@ def train_epoch(cfg: DictConfig, model, optimizer, loader: DataLoader, schedule:
 def _check_resumable(checkpointer: Checkpointer, config: dict) -> None:
     """A run directory resumes only with the config that started it."""
     paths = checkpointer.paths()
-    if paths and _comparable(torch.load(paths[-1], map_location="cpu", weights_only=False)["extra"]["config"]) \
-            != _comparable(config):
-        raise ValueError(f"{paths[-1].parent.parent} holds a run with a different config; choose another "
-                         f"out_dir=... or delete it to start over")
-
-
-def _comparable(config: dict) -> dict:
-    """The parts of a config that change what is trained (not paths, threads, workers or epochs)."""
-    kept = {k: v for k, v in config.items() if k not in ("data_root", "out_dir", "eval")}
-    kept["train"] = {k: v for k, v in kept["train"].items() if k not in ("num_threads", "num_workers", "epochs")}
-    return kept
+    if paths:
+        saved = torch.load(paths[-1], map_location="cpu", weights_only=False)["extra"]["config"]
+        check_resumable(saved, config, RESUMABLE_KEYS, paths[-1].parent.parent)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -36,7 +36,7 @@ from common.utils import (
     Checkpointer, MetricsLogger, atomic_write_json, results_record, seed_everything,
 )
 from common.utils.cli import overrides_from, training_parser
-from common.utils.config import layer_configs, packaged_config, to_dict
+from common.utils.config import check_resumable, layer_configs, packaged_config, to_dict
 from common.utils.distributed import DistEnv, all_reduce_mean, cleanup, init_distributed, shard_sampler, wrap_model
 
 from .answers import AnswerVocab
@@ -122,17 +122,6 @@ def default_out_dir(cfg: DictConfig) -> Path:
     return Path(cfg.out_dir) if cfg.out_dir else Path("runs") / "vqa" / "mcan" / cfg.attention.name
 
 
-def _comparable(config: Dict) -> Dict:
-    config = json.loads(json.dumps(config))
-    for key in RESUMABLE_KEYS:
-        *parents, leaf = key.split(".")
-        node = config
-        for p in parents:
-            node = node.get(p, {})
-        node.pop(leaf, None)
-    return config
-
-
 def prepare_run(cfg: DictConfig, out_dir: Path, train_questions: Sequence[dict], env: DistEnv
                 ) -> Tuple[Vocabulary, AnswerVocab]:
     """The question vocabulary and answers of the run: built and saved in ``out_dir`` (with
@@ -141,9 +130,7 @@ def prepare_run(cfg: DictConfig, out_dir: Path, train_questions: Sequence[dict],
     config_path, vocab_path, answers_path = out_dir / "config.json", out_dir / "question_vocab.json", out_dir / "answers.json"
     if config_path.exists():
         saved = json.loads(config_path.read_text(encoding="utf-8"))
-        if _comparable(saved) != _comparable(config):
-            raise ValueError(f"{out_dir} holds a run with a different config; choose another --out or delete it "
-                             f"(only {', '.join(RESUMABLE_KEYS)} may change on resumption)")
+        check_resumable(saved, config, RESUMABLE_KEYS, out_dir)
         return Vocabulary.load(vocab_path), AnswerVocab.load(answers_path)
     vocab = build_question_vocab(train_questions, cfg.data.min_word_count)
     answers = AnswerVocab.load(data_path(cfg, cfg.data.answers))

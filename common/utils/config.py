@@ -70,3 +70,31 @@ def layer_configs(
 def to_dict(cfg: DictConfig) -> Dict[str, Any]:
     """A plain, JSON-ready dict of ``cfg``."""
     return OmegaConf.to_container(cfg, resolve=True)
+
+
+def _flatten(node: Any, prefix: str = "") -> Dict[str, Any]:
+    if isinstance(node, dict) and node:
+        flat: Dict[str, Any] = {}
+        for key, value in node.items():
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        return flat
+    return {prefix[:-1]: node}
+
+
+def config_changes(saved: Dict[str, Any], config: Dict[str, Any], resumable: Iterable[str] = ()) -> Dict[str, tuple]:
+    """``{dotted key: (saved value, new value)}`` for every key that differs, except the
+    ``resumable`` keys and everything under them (paths, threads, epochs ...)."""
+    resumable = tuple(resumable)
+    old, new = _flatten(saved), _flatten(config)
+    return {key: (old.get(key), new.get(key)) for key in sorted(set(old) | set(new))
+            if old.get(key) != new.get(key) and not any(key == r or key.startswith(r + ".") for r in resumable)}
+
+
+def check_resumable(saved: Dict[str, Any], config: Dict[str, Any], resumable: Iterable[str], run_dir: Any) -> None:
+    """Refuse to resume the run in ``run_dir`` (started with ``saved``) under a different config."""
+    resumable = tuple(resumable)
+    changes = config_changes(saved, config, resumable)
+    if changes:
+        listed = "; ".join(f"{key}: {a!r} -> {b!r}" for key, (a, b) in changes.items())
+        raise ValueError(f"{run_dir} holds a run with a different config ({listed}); choose another output "
+                         f"directory or delete it to start over (only {', '.join(resumable)} may change on resumption)")

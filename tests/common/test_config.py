@@ -23,3 +23,16 @@ def test_bad_override_syntax_and_missing_packaged_file():
     with pytest.raises(FileNotFoundError, match="graphattn/configs/nope.yaml does not exist; available: .*gat.yaml"):
         packaged_config("graphattn", "nope.yaml")
     assert packaged_config("graphattn", "gat.yaml").model.heads == 8
+
+
+def test_config_changes_name_each_differing_key_except_resumable_ones():
+    from common.utils.config import check_resumable, config_changes
+    saved = {"out_dir": "a", "optim": {"lr": 0.1, "betas": [0.9, 0.98]}, "train": {"epochs": 3, "threads": 1}}
+    same_run = {"out_dir": "b", "optim": {"lr": 0.1, "betas": [0.9, 0.98]}, "train": {"epochs": 9, "threads": 2}}
+    assert config_changes(saved, same_run, ["out_dir", "train.epochs", "train.threads"]) == {}
+    other = {"out_dir": "a", "optim": {"lr": 0.2, "betas": [0.9, 0.98]}, "train": {"epochs": 3, "threads": 1},
+             "model": {"layers": 2}}
+    assert config_changes(saved, other, ["train"]) == {"optim.lr": (0.1, 0.2), "model.layers": (None, 2)}
+    with pytest.raises(ValueError, match=r"runs/x holds a run with a different config \(model.layers: None -> 2; "
+                                         r"optim.lr: 0.1 -> 0.2\)"):
+        check_resumable(saved, other, ["train"], "runs/x")

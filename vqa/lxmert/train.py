@@ -42,7 +42,7 @@ from common.utils import (
     seed_everything,
 )
 from common.utils.cli import overrides_from, training_parser
-from common.utils.config import layer_configs, packaged_config, to_dict
+from common.utils.config import check_resumable, layer_configs, packaged_config, to_dict
 from vqa.answers import AnswerVocab, answers_of
 from vqa.data import VQADataError, VQADataset, data_path, load_split
 from vqa.evaluation import vqa_accuracy, write_submission
@@ -87,18 +87,6 @@ def adaptation_of(cfg: DictConfig) -> Adaptation:
 def kl_schedule(cfg: DictConfig) -> attention.KLSchedule:
     return attention.KLSchedule(weight=cfg.kl.weight, kind=cfg.kl.schedule, warmup=cfg.kl.warmup,
                                 rate=cfg.kl.rate, offset=cfg.kl.offset)
-
-
-def comparable(config: Dict) -> Dict:
-    """``config`` without :data:`RESUMABLE_KEYS`."""
-    config = json.loads(json.dumps(config))
-    for key in RESUMABLE_KEYS:
-        *parents, leaf = key.split(".")
-        node = config
-        for p in parents:
-            node = node.get(p, {})
-        node.pop(leaf, None)
-    return config
 
 
 def prepare_model(cfg: DictConfig, out_dir: Path, answers: AnswerVocab, resuming: bool):
@@ -166,8 +154,7 @@ def run(cfg: DictConfig, progress: bool = True) -> Dict:
     config = to_dict(cfg)
     if resuming:
         saved = json.loads((out_dir / "config.json").read_text())
-        if comparable(saved) != comparable(config):
-            raise ValueError(f"{out_dir} holds a run with a different config; choose another out_dir or delete it")
+        check_resumable(saved, config, RESUMABLE_KEYS, out_dir)
         answers = AnswerVocab.load(out_dir / "answers.json")
     else:
         answers = AnswerVocab.load(data_path(cfg, cfg.data.answers))
