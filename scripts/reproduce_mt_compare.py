@@ -86,7 +86,7 @@ def main(argv=None) -> int:
                                                 "overrides": {n: variants[n] for n in runs}, "common": common})
     plot_runs(runs, out / "comparison.png", title=f"{args.group} variants on Multi30k ({preset})")
     for name, row in table.items():
-        print(f"{name:12s} update {last}: val ppl {row.get('val_ppl', float('nan')):.2f} "
+        print(f"{name:12s} update {row.get('step')}: val ppl {row.get('val_ppl', float('nan')):.2f} "
               f"greedy BLEU {row.get('val_bleu_greedy', float('nan')):.2f} | test {row['test']} | "
               f"{row['train_seconds'] or 0:.0f}s")
     return 0
