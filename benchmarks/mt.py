@@ -1,6 +1,6 @@
 """Translation throughput: training tokens/s and decoding sentences/s (batched beam vs one sentence at a time).
 
-    python benchmarks/mt.py [--data-root DIR] [--run results/mt/lstm-softmax] [--threads 1] [--out NAME]
+    python benchmarks/mt.py [--data-root DIR] [--run RUN_DIR ...] [--threads 1] [--out NAME]
 
 1. ``train``: target tokens per second of full training steps (forward, label-smoothed loss,
    backward, clipping, Adam) for the CPU presets' models (``lstm-cpu``, ``transformer-cpu``)
@@ -9,8 +9,8 @@
 2. ``decode``: sentences per second translating the first ``--sentences`` Multi30k
    validation sentences with batched beam search (``--beam``), with greedy search, and with
    beam search run one sentence at a time (what an unbatched implementation costs). With
-   ``--run`` the trained model of that run directory is used (realistic output lengths);
-   otherwise untrained models, which decode up to the length limit.
+   ``--run`` the trained model of that run directory (per architecture) is used (realistic
+   output lengths); otherwise untrained models, which decode up to the length limit.
 
 The machine is shared: the 1-minute load average before and after is recorded, and the
 numbers are medians over ``--repeats``. Output: ``benchmarks/results/<out>.json``.
@@ -74,7 +74,8 @@ def sentences_per_second(fn, n: int, repeats: int) -> float:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data-root", default=None)
-    parser.add_argument("--run", type=Path, default=None, help="a trained mt run directory for decoding")
+    parser.add_argument("--run", type=Path, action="append", default=[],
+                        help="a trained mt run directory for decoding (repeatable: one per architecture)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--max-tokens", type=int, default=3000)
     parser.add_argument("--batches", type=int, default=4)
@@ -98,14 +99,13 @@ def main(argv=None) -> int:
         model = new_model(cfg, prepared.src_vocab, prepared.tgt_vocab)
         result["train_tokens_per_second"][preset] = train_tokens_per_second(model, batches, prepared.tgt_vocab.pad,
                                                                             args.repeats)
-        decoder = model
-        if args.run is not None and RunFiles(args.run).config()["model"]["arch"] == cfg["model"]["arch"]:
-            decoder = load_model(RunFiles(args.run))
+        trained = [run for run in args.run if RunFiles(run).config()["model"]["arch"] == cfg["model"]["arch"]]
+        decoder = load_model(RunFiles(trained[0])) if trained else model
         decoder.eval()
         common = dict(sources=valid, src_pad=prepared.src_vocab.pad, tgt_vocab=prepared.tgt_vocab)
         n = len(valid)
         result["decode_sentences_per_second"][preset] = {
-            "trained": decoder is not model,
+            "trained_run": str(trained[0]) if trained else None,
             f"beam{args.beam}_batched": sentences_per_second(
                 lambda: translate_ids(decoder, beam_size=args.beam, batch_size=64, **common), n, args.repeats),
             f"beam{args.beam}_one_sentence_at_a_time": sentences_per_second(
@@ -113,7 +113,7 @@ def main(argv=None) -> int:
             "greedy_batched": sentences_per_second(
                 lambda: translate_ids(decoder, beam_size=1, batch_size=64, **common), n, args.repeats),
         }
-    payload = {"benchmark": "mt", "settings": vars(args) | {"run": str(args.run) if args.run else None},
+    payload = {"benchmark": "mt", "settings": vars(args) | {"run": [str(r) for r in args.run]},
                "load_average_1min": {"before": load_before, "after": os.getloadavg()[0]},
                "environment": environment(args.threads), **result}
     print(write_json(args.out, payload))
