@@ -15,6 +15,8 @@ finishes a hypothesis (scored ``log p(y) / |y|^length_penalty``, ``|y|`` countin
 the best ``beam_size`` others stay live. A sentence is done once it holds ``beam_size``
 finished hypotheses; live hypotheses still open at ``max_len`` are scored as they are.
 Everything is batched over sentences: one ``topk`` per step, no Python loop per sentence.
+In both searches a finished sentence leaves the batch (fairseq does the same), so ``step``
+sees fewer rows from then on (its state already index-selected to them).
 """
 from __future__ import annotations
 
@@ -66,20 +68,27 @@ def _check(batch_size: int, max_len: int, state: Any) -> None:
 @torch.no_grad()
 def greedy_search(step: Step, state: Any, batch_size: int, bos: int, eos: int, max_len: int,
                   pad: Optional[int] = None, device=None) -> Tensor:
-    """``argmax`` decoding: ``LongTensor[B, T]``, ``T <= max_len``; rows end at ``eos`` then ``pad``."""
+    """``argmax`` decoding: ``LongTensor[B, T]``, ``T <= max_len``; rows end at ``eos`` then ``pad``.
+
+    Finished sentences leave the batch: later steps see only the rows still decoding."""
     _check(batch_size, max_len, state)
     pad = eos if pad is None else pad
-    tokens = torch.full((batch_size,), bos, dtype=torch.long, device=_device(state, device))
-    finished = torch.zeros(batch_size, dtype=torch.bool, device=tokens.device)
-    out = []
-    for _ in range(max_len):
+    dev = _device(state, device)
+    tokens = torch.full((batch_size,), bos, dtype=torch.long, device=dev)
+    sentence = torch.arange(batch_size, device=dev)
+    out = torch.full((batch_size, max_len), pad, dtype=torch.long, device=dev)
+    for t in range(max_len):
         log_probs, state = step(tokens, state)
-        tokens = log_probs.argmax(-1).masked_fill(finished, pad)
-        out.append(tokens)
-        finished |= tokens == eos
-        if bool(finished.all()):
-            break
-    return torch.stack(out, 1)
+        tokens = log_probs.argmax(-1)
+        out[sentence, t] = tokens
+        running = tokens != eos
+        if not bool(running.any()):
+            return out[:, : t + 1]
+        if not bool(running.all()):
+            active = running.nonzero().squeeze(1)
+            sentence, tokens = sentence[active], tokens[active]
+            state = map_state(lambda s: s.index_select(0, active), state)
+    return out
 
 
 @torch.no_grad()
@@ -96,19 +105,23 @@ def beam_search(step: Step, state: Any, batch_size: int, bos: int, eos: int, max
     if beam_size < 1:
         raise ValueError(f"beam_size must be positive, got {beam_size}")
     pad = eos if pad is None else pad
-    B, K = batch_size, beam_size
+    K = beam_size
     dev = _device(state, device)
     state = map_state(lambda t: t.repeat_interleave(K, 0), state)
-    rows = torch.arange(B, device=dev)
-    live_scores = torch.full((B, K), float("-inf"), device=dev)
+    # per active sentence (finished sentences leave the batch, as in fairseq)
+    sentence = torch.arange(batch_size, device=dev)
+    live_scores = torch.full((batch_size, K), float("-inf"), device=dev)
     live_scores[:, 0] = 0.0  # all beams start identical: keep one
-    history = torch.full((B, K, max_len), pad, dtype=torch.long, device=dev)
-    tokens = torch.full((B * K,), bos, dtype=torch.long, device=dev)
-    done_scores = torch.full((B, K), float("-inf"), device=dev)
-    done_tokens = torch.full((B, K, max_len), pad, dtype=torch.long, device=dev)
-    done_count = torch.zeros(B, dtype=torch.long, device=dev)
+    history = torch.full((batch_size, K, max_len), pad, dtype=torch.long, device=dev)
+    tokens = torch.full((batch_size * K,), bos, dtype=torch.long, device=dev)
+    done_scores = torch.full((batch_size, K), float("-inf"), device=dev)
+    done_tokens = torch.full((batch_size, K, max_len), pad, dtype=torch.long, device=dev)
+    done_count = torch.zeros(batch_size, dtype=torch.long, device=dev)
+    final_scores = torch.full((batch_size,), float("-inf"), device=dev)
+    final_tokens = torch.full((batch_size, max_len), pad, dtype=torch.long, device=dev)
 
     for t in range(max_len):
+        B = live_scores.shape[0]
         log_probs, state = step(tokens, state)
         V = log_probs.shape[-1]
         if V < 2:
@@ -119,37 +132,44 @@ def beam_search(step: Step, state: Any, batch_size: int, bos: int, eos: int, max
         cand_history = history.gather(1, origin.unsqueeze(-1).expand(B, 2 * K, max_len)).clone()
         cand_history[:, :, t] = token
 
-        # finish: eos among the best K candidates of sentences still searching
+        # finish: eos among the best K candidates
         is_eos = token == eos
-        finishing = (is_eos & (torch.arange(2 * K, device=dev) < K) & (done_count < K).unsqueeze(1)
-                     & torch.isfinite(cand_scores))
+        finishing = is_eos & (torch.arange(2 * K, device=dev) < K) & torch.isfinite(cand_scores)
         normalised = cand_scores / float(t + 1) ** length_penalty
         pool_scores = torch.cat([done_scores, normalised.masked_fill(~finishing, float("-inf"))], 1)
         pool_tokens = torch.cat([done_tokens, cand_history], 1)
         done_scores, keep = pool_scores.topk(K, dim=1)
         done_tokens = pool_tokens.gather(1, keep.unsqueeze(-1).expand(B, K, max_len))
         done_count = done_count + finishing.sum(1)
-        if bool((done_count >= K).all()):
+        finished = done_count >= K
+        final_scores[sentence[finished]] = done_scores[finished, 0]
+        final_tokens[sentence[finished]] = done_tokens[finished, 0]
+        if bool(finished.all()):
             break
 
         # continue: the best K candidates that are not eos (at most K of the 2K are eos)
         live_scores, keep = cand_scores.masked_fill(is_eos, float("-inf")).topk(K, dim=1)
         origin = origin.gather(1, keep)
         history = cand_history.gather(1, keep.unsqueeze(-1).expand(B, K, max_len))
-        tokens = token.gather(1, keep).view(-1)
-        state = map_state(lambda s: s.index_select(0, (rows.unsqueeze(1) * K + origin).view(-1)), state)
+        tokens = token.gather(1, keep)
+        rows = torch.arange(B, device=dev).unsqueeze(1) * K + origin  # [B, K] state rows to continue
+        if bool(finished.any()):  # drop finished sentences from the batch
+            active = (~finished).nonzero().squeeze(1)
+            sentence, live_scores, history, tokens, rows = (x[active] for x in
+                                                             (sentence, live_scores, history, tokens, rows))
+            done_scores, done_tokens, done_count = done_scores[active], done_tokens[active], done_count[active]
+        tokens = tokens.reshape(-1)
+        state = map_state(lambda s: s.index_select(0, rows.reshape(-1)), state)
     else:
-        # max_len reached: open hypotheses compete as they are
-        open_scores = live_scores / float(max_len) ** length_penalty
-        open_scores = open_scores.masked_fill((done_count >= K).unsqueeze(1), float("-inf"))
-        pool_scores = torch.cat([done_scores, open_scores], 1)
+        # max_len reached: the open hypotheses of unfinished sentences compete as they are
+        pool_scores = torch.cat([done_scores, live_scores / float(max_len) ** length_penalty], 1)
         pool_tokens = torch.cat([done_tokens, history], 1)
-        done_scores, keep = pool_scores.topk(K, dim=1)
-        done_tokens = pool_tokens.gather(1, keep.unsqueeze(-1).expand(B, K, max_len))
+        best_score, best = pool_scores.max(1)
+        final_scores[sentence] = best_score
+        final_tokens[sentence] = pool_tokens[torch.arange(len(sentence), device=dev), best]
 
-    best = done_tokens[:, 0]
-    lengths = _lengths(best, eos, max_len)
-    return best[:, : int(lengths.max())], done_scores[:, 0]
+    lengths = _lengths(final_tokens, eos, max_len)
+    return final_tokens[:, : int(lengths.max())], final_scores
 
 
 def _lengths(tokens: Tensor, eos: int, max_len: int) -> Tensor:

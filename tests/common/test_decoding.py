@@ -133,3 +133,27 @@ def test_immediate_eos_and_state_checks():
     assert torch.allclose(scores, torch.full((2,), math.log(0.9)))
     with pytest.raises(ValueError, match="batch_size"):
         greedy_search(step, torch.zeros(3, 2), 2, BOS, EOS, max_len=5)
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_finished_sentences_leave_the_batch(beam_size):
+    """Sentence b prefers eos from step b + 1 on; later steps only see the sentences still running."""
+    seen = []
+
+    def step(tokens, state):
+        seen.append(tokens.shape[0])
+        t = state["t"] + 1
+        log_probs = torch.full((tokens.shape[0], 5), -5.0)
+        log_probs[:, 4] = -0.1
+        log_probs[state["stop"] <= t, EOS] = -0.01
+        return torch.log_softmax(log_probs, -1), {"t": t, "stop": state["stop"]}
+
+    state = {"t": torch.zeros(3, dtype=torch.long), "stop": torch.tensor([1, 2, 3])}
+    search = (lambda: greedy_search(step, state, 3, BOS, EOS, max_len=6, pad=PAD)) if beam_size == 1 else \
+        (lambda: beam_search(step, state, 3, BOS, EOS, max_len=6, beam_size=beam_size, pad=PAD)[0])
+    out = search()
+    assert out.tolist() == [[EOS, PAD, PAD], [4, EOS, PAD], [4, 4, EOS]]
+    if beam_size == 1:
+        assert seen == [3, 2, 1]
+    else:  # a sentence leaves once it holds beam_size finished hypotheses
+        assert seen[0] == 3 * beam_size and seen == sorted(seen, reverse=True) and seen[-1] == beam_size
