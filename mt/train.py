@@ -38,6 +38,7 @@ from .data import DataError, ParallelData, Prepared, ensure_prepared, load_split
 from .evaluate import bleu_on_split
 from .plots import plot_curves
 from .run import RunFiles, load_model, new_model
+from .text import write_lines
 
 
 class LRSchedule:
@@ -244,7 +245,7 @@ def finish(trainer: Trainer, data_root: Path) -> dict:
         result = bleu_on_split(model, trainer.prepared, split, e.beam, e.length_penalty, e.max_len_a, e.max_len_b,
                                e.batch_sentences, progress=cfg.train.progress)
         hyps = result.pop("hypotheses")
-        (trainer.out_dir / f"{split}.hyp.txt").write_text("\n".join(hyps) + "\n", encoding="utf-8")
+        write_lines(trainer.out_dir / f"{split}.hyp.txt", hyps)
         splits[split] = result
         print(f"{split}: BLEU {result['bleu']:.2f} (tokenised, lowercased) | SacreBLEU {result['sacrebleu']:.2f}",
               file=sys.stderr)
