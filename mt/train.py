@@ -14,7 +14,7 @@ on the test splits; ``results.json`` and ``curves.png`` go to the run directory.
 """
 from __future__ import annotations
 
-import argparse
+import json
 import math
 import shutil
 import sys
@@ -30,7 +30,8 @@ from tqdm.auto import tqdm
 from common import attention
 from common.utils import (Checkpointer, MetricsLogger, atomic_save, atomic_write_json, default_data_root,
                           read_metrics, results_record, seed_everything)
-from common.utils.paths import DATA_ROOT_ENV
+from common.utils.cli import overrides_from, training_parser
+from common.utils.config import check_resumable
 
 from .batching import Batch, iterate_batches, token_batches
 from .config import load_config, to_dict
@@ -39,6 +40,10 @@ from .evaluate import bleu_on_split
 from .plots import plot_curves
 from .run import RunFiles, load_model, new_model
 from .text import write_lines
+
+#: Config keys that may change between a run and its resumption (where files go, stopping, speed, evaluation).
+RESUMABLE_KEYS = ("data_root", "prepared_dir", "out_dir", "train.max_steps", "train.max_epochs", "train.patience",
+                  "train.threads", "train.log_every", "train.progress", "train.average_last", "eval")
 
 
 class LRSchedule:
@@ -139,6 +144,10 @@ class Trainer:
 
     def _write_run_files(self) -> None:
         self.out_dir.mkdir(parents=True, exist_ok=True)
+        config_path = self.out_dir / "config.json"
+        if config_path.exists() and Checkpointer(self.out_dir).paths():
+            check_resumable(json.loads(config_path.read_text(encoding="utf-8")), to_dict(self.cfg), RESUMABLE_KEYS,
+                            self.out_dir)
         atomic_write_json(self.out_dir / "config.json", to_dict(self.cfg))
         self.prepared.src_vocab.save(self.out_dir / "vocab.src.json")
         self.prepared.tgt_vocab.save(self.out_dir / "vocab.tgt.json")
@@ -261,21 +270,18 @@ def finish(trainer: Trainer, data_root: Path) -> dict:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m mt.train", description=__doc__.split("\n\n")[0])
+    parser = training_parser("python -m mt.train", __doc__.split("\n\n")[0], "mt/configs/defaults.yaml",
+                             "optim.lr=1e-3 batching.max_tokens=4000", data_root_help="directory holding mt/",
+                             out_help="run directory (default: out_dir or runs/mt/<dataset>/<preset>)")
     parser.add_argument("--preset", default="lstm-cpu",
                         help="mt/configs/<preset>.yaml: lstm, lstm-cpu, transformer-lite, transformer-base, "
                              "transformer-cpu")
-    parser.add_argument("--config", default=None, help="a YAML file layered over the preset")
-    parser.add_argument("--out", default=None, help="run directory (default: out_dir or runs/mt/<dataset>/<preset>)")
-    parser.add_argument("--data-root", default=None, help=f"data root (default: ${DATA_ROOT_ENV})")
-    parser.add_argument("overrides", nargs="*", help="key=value config overrides, e.g. optim.lr=1e-3")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)
     try:
-        cfg = load_config(args.preset, args.overrides, args.config)
-        if args.data_root:
-            cfg.data_root = args.data_root
+        cfg = load_config(args.preset, overrides_from(args, {"train.progress": False if args.no_progress else None}),
+                          args.config)
         data_root = default_data_root(cfg.data_root)
-        out_dir = Path(args.out or cfg.out_dir or Path("runs") / "mt" / cfg.dataset / args.preset)
+        out_dir = Path(cfg.out_dir or Path("runs") / "mt" / cfg.dataset / args.preset)
         trainer = Trainer(cfg, out_dir, data_root)
         trainer.run()
         finish(trainer, data_root)

@@ -24,6 +24,10 @@ def test_train_resume_evaluate_translate(tiny_root, tmp_path, capsys, monkeypatc
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     run_train(tiny_root, tmp_path, straight, 6)
     run_train(tiny_root, tmp_path, resumed, 3)
+    args = ["--preset", "lstm-cpu", "--out", str(resumed), "--data-root", str(tiny_root),
+            f"prepared_dir={tmp_path / 'prep'}", "train.max_steps=6", *TINY, "optim.lr=0.5"]
+    assert train.main(args) == 2  # a different learning rate is another run, not a resumption
+    assert "optim.lr: 0.002 -> 0.5" in capsys.readouterr().err
     run_train(tiny_root, tmp_path, resumed, 6)  # resumes from update 3
     assert "resuming" in capsys.readouterr().err
     a = torch.load(straight / "checkpoints/step_6.pt", weights_only=False)
