@@ -7,6 +7,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -30,6 +31,24 @@ def interleaved_times(fns: dict, threads: int, rounds: int, min_run_time: float)
         for name, fn in fns.items():
             samples[name].append(time_ms(fn, threads, min_run_time))
     return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def interleaved_wall_cpu(fns: dict, repeats: int, warmup: int = 1) -> dict:
+    """Per function, timed in alternation: median and minimum wall milliseconds, and the median
+    CPU milliseconds of this process (``time.process_time``: what the step itself computed, much
+    less disturbed than wall time when other jobs share the cores)."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    wall, cpu = {name: [] for name in fns}, {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            start_wall, start_cpu = time.perf_counter(), time.process_time()
+            fn()
+            wall[name].append(time.perf_counter() - start_wall)
+            cpu[name].append(time.process_time() - start_cpu)
+    return {name: {"wall_median_ms": 1e3 * statistics.median(wall[name]), "wall_min_ms": 1e3 * min(wall[name]),
+                   "cpu_median_ms": 1e3 * statistics.median(cpu[name])} for name in fns}
 
 
 def _rss_kb(field: str) -> int:

@@ -22,7 +22,6 @@ full-length: 20 word pieces and 36 regions per question.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -38,7 +37,7 @@ from common.attention import aux_losses  # noqa: E402
 from vqa.lxmert import Adaptation, adapt_lxmert, pruned_layers, vqa_loss  # noqa: E402
 from vqa.lxmert.flops import NUM_ANSWERS, count_flops, dummy_inputs  # noqa: E402
 
-from _measure import _rss_kb, environment, in_subprocess, write_json  # noqa: E402
+from _measure import _rss_kb, environment, in_subprocess, interleaved_wall_cpu, write_json  # noqa: E402
 
 VARIANTS = {
     "plain": None,
@@ -87,23 +86,6 @@ def eval_step(model, inputs, prune):
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize()
-
-
-def interleaved(fns, repeats: int, warmup: int = 1):
-    """Per function: median and minimum wall seconds and median process CPU seconds over ``repeats``
-    interleaved calls."""
-    for fn in fns.values():
-        for _ in range(warmup):
-            fn()
-    wall, cpu = {name: [] for name in fns}, {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            start_wall, start_cpu = time.perf_counter(), time.process_time()
-            fn()
-            wall[name].append(time.perf_counter() - start_wall)
-            cpu[name].append(time.process_time() - start_cpu)
-    return {name: {"wall_median_ms": 1e3 * statistics.median(wall[name]), "wall_min_ms": 1e3 * min(wall[name]),
-                   "cpu_median_ms": 1e3 * statistics.median(cpu[name])} for name in fns}
 
 
 def cpu_peak_mb(variant: str, quick: bool, batch: int, threads: int) -> float:
@@ -166,8 +148,8 @@ def main() -> int:
     prune = {name: (Adaptation.from_dict(VARIANTS[name]).layerdrop if name == "layerdrop" else None)
              for name in args.variants}
     start = time.perf_counter()
-    train = interleaved({n: train_step(m, inputs, target) for n, m in models.items()}, args.repeats)
-    evaluation = interleaved({n: eval_step(m, inputs, prune[n]) for n, m in models.items()}, args.repeats)
+    train = interleaved_wall_cpu({n: train_step(m, inputs, target) for n, m in models.items()}, args.repeats)
+    evaluation = interleaved_wall_cpu({n: eval_step(m, inputs, prune[n]) for n, m in models.items()}, args.repeats)
     rows = {}
     for name, model in models.items():
         full = count_flops(model, one)

@@ -21,11 +21,10 @@ from OpenMP contention) it is exact bookkeeping of the step's own work.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Dict
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -35,6 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from common import attention  # noqa: E402
 from common.utils import atomic_write_json, environment  # noqa: E402
 from vqa.mcan import MCAN, MCANConfig  # noqa: E402
+
+from _measure import interleaved_wall_cpu  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "results" / "vqa.json"
 
@@ -72,25 +73,6 @@ def inference_step(model: MCAN, inputs) -> Callable[[], None]:
     return step
 
 
-def interleaved(fns: Dict[str, Callable[[], None]], repeats: int, warmup: int = 1) -> Dict[str, Dict[str, float]]:
-    """Per function, timed in alternation: median and minimum wall seconds, and median CPU
-    seconds of this process (``time.process_time``: what the step itself computed, much less
-    disturbed than wall time when other jobs share the cores)."""
-    for fn in fns.values():
-        for _ in range(warmup):
-            fn()
-    wall = {name: [] for name in fns}
-    cpu = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            start_wall, start_cpu = time.perf_counter(), time.process_time()
-            fn()
-            wall[name].append(time.perf_counter() - start_wall)
-            cpu[name].append(time.process_time() - start_cpu)
-    return {name: {"wall_median": statistics.median(wall[name]), "wall_min": min(wall[name]),
-                   "cpu_median": statistics.median(cpu[name])} for name in fns}
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--attention", nargs="+", default=["softmax", "bam-wc"])
@@ -114,18 +96,18 @@ def main(argv=None) -> int:
         train_fns[name] = train_step(model, optimizer, inputs, target)
         infer_fns[name] = inference_step(model, inputs)
     start = time.perf_counter()
-    train = interleaved(train_fns, args.repeats)
-    infer = interleaved(infer_fns, args.repeats)
+    train = interleaved_wall_cpu(train_fns, args.repeats)
+    infer = interleaved_wall_cpu(infer_fns, args.repeats)
     results = {}
     for name in args.attention:
         results[name] = {}
         for phase, times in (("train", train), ("inference", infer)):
             t, ref = times[name], times["softmax"]
             results[name][phase] = {
-                **{f"{k}_seconds_per_batch": v for k, v in t.items()},
-                "questions_per_second": args.batch_size / t["wall_median"],
-                "cpu_time_vs_softmax": t["cpu_median"] / ref["cpu_median"],
-                "wall_time_vs_softmax": t["wall_median"] / ref["wall_median"],
+                **{f"{k}_per_batch": v for k, v in t.items()},
+                "questions_per_second": 1e3 * args.batch_size / t["wall_median_ms"],
+                "cpu_time_vs_softmax": t["cpu_median_ms"] / ref["cpu_median_ms"],
+                "wall_time_vs_softmax": t["wall_median_ms"] / ref["wall_median_ms"],
             }
     payload = {"benchmark": "MCAN-small questions/s", "batch_size": args.batch_size, "regions": args.regions,
                "question_len": args.question_len, "repeats": args.repeats, "threads": args.threads,
