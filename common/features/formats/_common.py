@@ -87,6 +87,17 @@ def record(image_id: int, features: np.ndarray, boxes: np.ndarray, height: int, 
                           image_size=(int(height), int(width)))
 
 
+def tsv_record(row: dict, image_id: int, where: str, height_field: str, width_field: str) -> RegionFeatures:
+    """One bottom-up-style TSV row (``num_boxes``, base64 float32 ``boxes`` and ``features``,
+    the image size under the format's own field names) as validated ``RegionFeatures``."""
+    where = f"{where} (image id {image_id})"
+    count = int_field(row, "num_boxes", where)
+    boxes = decode_field(row, "boxes", np.float32, (count, 4), where)
+    features = decode_field(row, "features", np.float32, (count, -1), where)
+    height, width = int_field(row, height_field, where), int_field(row, width_field, where)
+    return record(image_id, features, boxes, height, width, where)
+
+
 def npz_arrays(path: Path, keys: Sequence[str]) -> dict:
     """The named arrays of a ``.npz`` file; a missing key or a broken file names the file."""
     try:

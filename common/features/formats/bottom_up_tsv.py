@@ -14,7 +14,7 @@ from typing import Iterable, Iterator, Union
 import numpy as np
 
 from ..store import RegionFeatures
-from ._common import Skip, decode_field, encode_field, int_field, never, record, tsv_rows
+from ._common import Skip, encode_field, int_field, never, tsv_record, tsv_rows
 
 FIELDNAMES = ("image_id", "image_w", "image_h", "num_boxes", "boxes", "features")
 PathLike = Union[str, os.PathLike]
@@ -25,14 +25,8 @@ def read(path: PathLike, skip: Skip = never) -> Iterator[RegionFeatures]:
     for line, row in tsv_rows(path, FIELDNAMES):
         where = f"{path}, line {line}"
         image_id = int_field(row, "image_id", where)
-        if skip(image_id):
-            continue
-        where = f"{where} (image id {image_id})"
-        count = int_field(row, "num_boxes", where)
-        boxes = decode_field(row, "boxes", np.float32, (count, 4), where)
-        features = decode_field(row, "features", np.float32, (count, -1), where)
-        height, width = int_field(row, "image_h", where), int_field(row, "image_w", where)
-        yield record(image_id, features, boxes, height, width, where)
+        if not skip(image_id):
+            yield tsv_record(row, image_id, where, "image_h", "image_w")
 
 
 def write(path: PathLike, items: Iterable[RegionFeatures]) -> Path:

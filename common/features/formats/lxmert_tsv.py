@@ -16,7 +16,7 @@ from typing import Iterable, Iterator, Union
 import numpy as np
 
 from ..store import RegionFeatureError, RegionFeatures
-from ._common import Skip, decode_field, encode_field, int_field, never, record, trailing_image_id, tsv_rows
+from ._common import Skip, encode_field, never, trailing_image_id, tsv_record, tsv_rows
 
 FIELDNAMES = ("img_id", "img_h", "img_w", "objects_id", "objects_conf", "attrs_id", "attrs_conf", "num_boxes",
               "boxes", "features")
@@ -36,14 +36,8 @@ def read(path: PathLike, skip: Skip = never) -> Iterator[RegionFeatures]:
     for line, row in tsv_rows(path, FIELDNAMES):
         where = f"{path}, line {line}"
         image_id = image_id_of(row["img_id"], where)
-        if skip(image_id):
-            continue
-        where = f"{where} (image id {image_id})"
-        count = int_field(row, "num_boxes", where)
-        boxes = decode_field(row, "boxes", np.float32, (count, 4), where)
-        features = decode_field(row, "features", np.float32, (count, -1), where)
-        height, width = int_field(row, "img_h", where), int_field(row, "img_w", where)
-        yield record(image_id, features, boxes, height, width, where)
+        if not skip(image_id):
+            yield tsv_record(row, image_id, where, "img_h", "img_w")
 
 
 def write(path: PathLike, items: Iterable[RegionFeatures], prefix: str = "COCO_val2014_", seed: int = 0) -> Path:
