@@ -13,6 +13,18 @@ from pathlib import Path
 import pytest
 
 
+@pytest.fixture
+def one_thread():
+    """One torch thread for the test, restored afterwards: tiny models run fastest that way on a
+    shared CPU (no OpenMP contention). Domain conftests make it autouse for their tests."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="session")
 def attn_data_root() -> Path:
     value = os.environ.get("ATTN_DATA_ROOT")

@@ -41,11 +41,5 @@ def tiny_root(tmp_path: Path) -> Path:
 
 
 @pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models run faster on one thread, above all on a shared machine; restored afterwards."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+def _single_thread(one_thread):
+    """Every mt test runs on one thread (``one_thread`` in tests/conftest.py)."""

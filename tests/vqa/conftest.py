@@ -1,6 +1,5 @@
 """A VQA fixture shared by the MCAN tests; every vqa test runs on one thread."""
 import pytest
-import torch
 
 from vqa.fixtures import write_vqa_fixture
 
@@ -13,9 +12,5 @@ def vqa_fixture(tmp_path_factory):
 
 
 @pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models run fastest on one thread on a shared CPU (no OpenMP contention)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+def _single_thread(one_thread):
+    """Every vqa test runs on one thread (``one_thread`` in tests/conftest.py)."""
