@@ -5,6 +5,7 @@ layout (see :mod:`common.attention.groups`)::
 
     weights = norm(scores, mask=None, keys=None)                  # dense
     weights = norm(scores, index=index, num_nodes=n, keys=None)   # edge-wise
+    weights = norm(scores, index=index, ptr=ptr, keys=None)       # edge-wise, sorted by target
 
 ``keys`` feeds normalizers with a key-contextual prior (BAM ``-wc``/``-lc``): dense keys are
 ``[..., heads, keys, key_dim]``; edge-wise keys are ``[num_edges, heads, key_dim]``, or
@@ -46,8 +47,9 @@ class Normalizer(nn.Module, ABC):
         index: Optional[Tensor] = None,
         num_nodes: Optional[int] = None,
         key_index: Optional[Tensor] = None,
+        ptr: Optional[Tensor] = None,
     ) -> Tensor:
-        groups = make_groups(scores, mask, index, num_nodes)
+        groups = make_groups(scores, mask, index, num_nodes, ptr)
         return self.normalize(scores, groups, keys=keys, key_index=key_index)
 
     @abstractmethod

@@ -9,7 +9,8 @@ a group to weights that sum to one over it.
   ``[..., heads, queries, keys]``.
 * :class:`EdgeGroups`: scores ``[num_edges, heads]`` (or ``[num_edges]``) grouped by the
   target node ``index``, the layout of ``torch_geometric.utils.softmax``. Memory stays
-  linear in the number of edges.
+  linear in the number of edges. With edges sorted by target, the CSR pointer ``ptr``
+  turns every group sum into a segment reduction (about twice as fast as a scatter).
 
 Each layout provides per-group ``max``/``sum``, ``expand`` (group value -> its entries),
 ``softmax``/``log_softmax`` and ``mean`` over real entries. Masked entries get exact zero
@@ -22,7 +23,7 @@ from typing import Optional
 
 import torch
 from torch import Tensor
-from torch_geometric.utils import scatter
+from torch_geometric.utils import scatter, segment
 
 
 class DenseGroups:
@@ -93,7 +94,7 @@ class DenseGroups:
         return self.zero_masked(x).sum() / self.count(x)
 
 
-def _edge_shift(x: Tensor, index: Tensor, num_nodes: int) -> Tensor:
+def _edge_shift(x: Tensor, groups: "EdgeGroups") -> Tensor:
     """A per-entry shift that makes ``exp(x - shift)`` safe inside every group.
 
     The textbook choice is each group's maximum (a slow scatter-max). When all of ``x``
@@ -103,7 +104,7 @@ def _edge_shift(x: Tensor, index: Tensor, num_nodes: int) -> Tensor:
     low, high = torch.aminmax(x)
     if high - low < -math.log(torch.finfo(x.dtype).tiny) / 2:
         return high
-    return scatter(x, index, 0, dim_size=num_nodes, reduce="max").index_select(0, index)
+    return groups.expand(groups.max(x))
 
 
 class _EdgeSoftmax(torch.autograd.Function):
@@ -111,7 +112,7 @@ class _EdgeSoftmax(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: Tensor, groups: "EdgeGroups") -> Tensor:
-        out = (x - _edge_shift(x, groups.index, groups.num_nodes)).exp_()
+        out = (x - _edge_shift(x, groups)).exp_()
         out.div_(groups.total(out))
         ctx.save_for_backward(out)
         ctx.groups = groups
@@ -129,7 +130,7 @@ class _EdgeLogSoftmax(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: Tensor, groups: "EdgeGroups") -> Tensor:
-        shifted = x - _edge_shift(x, groups.index, groups.num_nodes)
+        shifted = x - _edge_shift(x, groups)
         out = shifted.sub_(groups.total(shifted.exp()).log_())
         ctx.save_for_backward(out)
         ctx.groups = groups
@@ -142,17 +143,29 @@ class _EdgeLogSoftmax(torch.autograd.Function):
 
 
 class EdgeGroups:
-    """Groups are the edges sharing a target node: scores ``[num_edges, heads]``."""
+    """Groups are the edges sharing a target node: scores ``[num_edges, heads]``.
+
+    ``ptr`` (optional, ``[num_nodes + 1]``) is the CSR pointer of ``index`` when the edges are
+    sorted by target, as ``torch_geometric.utils.softmax`` takes it.
+    """
 
     empty_rows = False  # a node without incoming edges is simply not a group
 
-    def __init__(self, index: Tensor, num_nodes: Optional[int] = None):
+    def __init__(self, index: Tensor, num_nodes: Optional[int] = None, ptr: Optional[Tensor] = None):
         if index.dim() != 1 or index.dtype not in (torch.long, torch.int):
             raise ValueError(
                 f"index must be a 1-D integer tensor of target nodes, got shape "
                 f"{tuple(index.shape)} and dtype {index.dtype}"
             )
         self.index = index
+        if ptr is not None:
+            if ptr.dim() != 1 or ptr.numel() < 1:
+                raise ValueError(
+                    f"ptr must be the CSR pointer [num_nodes + 1] of the target-sorted edges, "
+                    f"got shape {tuple(ptr.shape)}"
+                )
+            num_nodes = ptr.numel() - 1
+        self.ptr = ptr
         self.num_nodes = int(index.max()) + 1 if num_nodes is None and index.numel() else (num_nodes or 0)
 
     def check(self, scores: Tensor) -> None:
@@ -168,11 +181,16 @@ class EdgeGroups:
     def zero_masked(self, x: Tensor) -> Tensor:
         return x
 
+    def _reduce(self, x: Tensor, reduce: str) -> Tensor:
+        if self.ptr is not None:
+            return segment(x, self.ptr, reduce=reduce)
+        return scatter(x, self.index, 0, dim_size=self.num_nodes, reduce=reduce)
+
     def max(self, x: Tensor) -> Tensor:
-        return scatter(x, self.index, 0, dim_size=self.num_nodes, reduce="max")
+        return self._reduce(x, "max")
 
     def sum(self, x: Tensor) -> Tensor:
-        return scatter(x, self.index, 0, dim_size=self.num_nodes, reduce="sum")
+        return self._reduce(x, "sum")
 
     def expand(self, group_values: Tensor) -> Tensor:
         return group_values.index_select(0, self.index)
@@ -203,12 +221,15 @@ def make_groups(
     mask: Optional[Tensor] = None,
     index: Optional[Tensor] = None,
     num_nodes: Optional[int] = None,
+    ptr: Optional[Tensor] = None,
 ):
     """Pick the layout from the call: ``index`` means edge-wise, otherwise dense."""
     if index is None:
+        if ptr is not None:
+            raise ValueError("ptr describes edge-wise groups: pass index=... with it")
         return DenseGroups(mask)
     if mask is not None:
         raise ValueError("pass either mask (dense layout) or index (edge-wise layout), not both")
-    groups = EdgeGroups(index, num_nodes)
+    groups = EdgeGroups(index, num_nodes, ptr)
     groups.check(scores)
     return groups
