@@ -118,17 +118,19 @@ class BAM(Normalizer):
     # ------------------------------------------------------------------ forward ----
     def normalize(self, scores: Tensor, groups, keys=None, key_index=None) -> Tensor:
         if self.sampling:
-            weights = groups.softmax(scores + self._log_noise(scores))
+            noise, scale = self._log_noise(scores)
+            weights = groups.softmax(torch.add(scores, noise, alpha=scale))
         else:
             weights = groups.softmax(scores)  # the posterior mean: E[S] = exp(logits)
         if collecting():
             add_aux_loss("bam_kl", self._kl(scores, groups, keys, key_index))
         return weights
 
-    def _log_noise(self, scores: Tensor) -> Tensor:
+    def _log_noise(self, scores: Tensor):
+        """Standard log-noise and its scale (``1/k`` or ``sigma``), applied in the same pass as the add."""
         if self.posterior == "weibull":
-            return weibull_log_noise(scores, self.k)
-        return lognormal_log_noise(scores, self.sigma)
+            return weibull_log_noise(scores, 1.0), 1.0 / self.k
+        return lognormal_log_noise(scores, 1.0), self.sigma
 
     # ------------------------------------------------------------------ prior ------
     def _prior_logits(self, scores: Tensor, groups, keys, key_index) -> Tensor:
@@ -188,6 +190,9 @@ class WeibullGammaKL:
     """
 
     def __init__(self, k: float, beta: float, prior_alpha: float, contextual: bool):
+        # d value / d log p = beta p - alpha sums to beta - beta = 0 over each group when
+        # alpha = beta pi (pi sums to one), so the log-softmax backward is the identity.
+        self.centred_score_grad = contextual
         self.log_beta = math.log(beta)
         self.c = EULER_GAMMA / k + math.lgamma(1 + 1 / k) - self.log_beta
         self.alpha = None if contextual else prior_alpha
@@ -226,6 +231,8 @@ class LognormalKL:
     ``(mu_q - mu_p)^2 / (2 s_p^2) + log(s_p/s_q) + s_q^2/(2 s_p^2) - 1/2``, with
     ``mu_p = log pi - s_p^2/2`` (contextual) or a constant (fixed).
     """
+
+    centred_score_grad = False
 
     def __init__(self, sigma: float, prior_sigma: float, prior_mu: float, contextual: bool):
         self.contextual = contextual
@@ -269,7 +276,9 @@ class _MeanKL(torch.autograd.Function):
         groups = ctx.groups
         d_logp, d_log_pi = ctx.kernel.grads(logp, log_pi, ctx.needs_input_grad[1])
         scale = grad / groups.count(logp)
-        d_scores = _log_softmax_backward(groups.zero_masked(d_logp) * scale, logp, groups)
+        d_scores = groups.zero_masked(d_logp) * scale
+        if not ctx.kernel.centred_score_grad:
+            d_scores = _log_softmax_backward(d_scores, logp, groups)
         if d_log_pi is None:
             return d_scores, None, None, None
         d_log_pi = groups.zero_masked(d_log_pi).sum_to_size(log_pi.shape) * scale

@@ -68,12 +68,14 @@ def weibull_log_noise(like: Tensor, k: float) -> Tensor:
     ``u`` is kept inside ``[tiny, 1 - eps]`` so the noise is always finite.
     """
     u = torch.rand_like(like).clamp_(torch.finfo(like.dtype).tiny, 1 - torch.finfo(like.dtype).eps)
-    return u.log_().neg_().log_().div_(k)
+    noise = u.log_().neg_().log_()
+    return noise if k == 1 else noise.div_(k)
 
 
 def lognormal_log_noise(like: Tensor, sigma: float) -> Tensor:
     """``sigma * eps``, eps ~ N(0, 1): the log of a Lognormal(0, sigma^2) sample."""
-    return torch.randn_like(like).mul_(sigma)
+    noise = torch.randn_like(like)
+    return noise if sigma == 1 else noise.mul_(sigma)
 
 
 # --------------------------------------------------------------------------- entmax ---
