@@ -27,6 +27,8 @@ stays linear in the number of edges.
 """
 from __future__ import annotations
 
+import weakref
+from dataclasses import dataclass
 from typing import Optional, Tuple, Union
 
 import torch
@@ -37,11 +39,13 @@ from torch_geometric.nn.conv import MessagePassing
 from torch_geometric.nn.dense.linear import Linear
 from torch_geometric.nn.inits import glorot, zeros
 from torch_geometric.typing import Adj, OptTensor, Size, SparseTensor, torch_sparse
-from torch_geometric.utils import add_self_loops, is_torch_sparse_tensor, remove_self_loops
+from torch_geometric import EdgeIndex
+from torch_geometric.utils import add_self_loops, is_torch_sparse_tensor, remove_self_loops, to_edge_index
 from torch_geometric.utils.sparse import set_sparse_value
 
 from common import attention as attention_lib
 
+from .aggregate import TargetCSR, attention_aggregate
 from .dropout import Dropout
 
 #: Keyword arguments that go to ``MessagePassing``; all other extra keywords are options of
@@ -64,6 +68,29 @@ def _apply_linear(lin: Linear, x: Tensor) -> Tensor:
     return sparse_linear(x, lin.weight) if x.layout == torch.sparse_csr else lin(x)
 
 
+@dataclass
+class PreparedGraph:
+    """What :meth:`GATConv.forward` needs of the graph: ``edge_index`` with self-loops (the
+    one returned with attention weights), the same edges sorted by target (``sorted``, with the
+    permutation ``to_sorted`` if it was not sorted), their features and the CSR structure."""
+
+    edge_index: Adj
+    sorted: Adj
+    to_sorted: Optional[Tensor]
+    edge_attr: OptTensor
+    csr: TargetCSR
+
+
+def sort_by_target(edge_index: Tensor, num_src: int, num_dst: int) -> Tuple[EdgeIndex, Optional[Tensor]]:
+    """``edge_index`` (``[2, E]``, an ``EdgeIndex`` or a ``torch.sparse`` ``adj_t``) as an
+    ``EdgeIndex`` sorted by target, and the permutation applied (``None`` if already sorted)."""
+    if is_torch_sparse_tensor(edge_index):
+        edge_index = to_edge_index(edge_index)[0].flip(0)
+    if not isinstance(edge_index, EdgeIndex):
+        edge_index = EdgeIndex(edge_index, sparse_size=(num_src, num_dst))
+    return edge_index.sort_by("col")
+
+
 class GATConv(MessagePassing):
     """Drop-in replacement for ``torch_geometric.nn.GATConv`` with ``attention=<variant>``.
 
@@ -83,6 +110,9 @@ class GATConv(MessagePassing):
             else is an option of the normalizer (BAM: ``k``, ``sigma``, ``beta``, ``d_mid``,
             ``prior_sigma``, ``prior_alpha``, ``prior_mu``, ``prior_activation``).
     """
+
+    #: PyG calls :meth:`message_and_aggregate` for target-sorted ``EdgeIndex`` inputs.
+    SUPPORTS_FUSED_EDGE_INDEX = True
 
     def __init__(
         self,
@@ -143,6 +173,7 @@ class GATConv(MessagePassing):
         # A module (not F.dropout) so that common.attention.mc_sampling(dropout=True) sees it.
         self.attention_dropout = Dropout(dropout)
         self.value_dropout_layer = Dropout(value_dropout)
+        self._graph_cache = None  # see _prepare_graph
         self.reset_parameters()
 
     def reset_parameters(self):
@@ -191,12 +222,47 @@ class GATConv(MessagePassing):
         alpha_src = (x_src * self.att_src).sum(dim=-1)
         alpha_dst = None if x_dst is None else (x_dst * self.att_dst).sum(-1)
 
+        num_src = x_src.size(0)
+        num_dst = size[1] if size is not None else (x_dst if x_dst is not None else x_src).size(0)
+        graph = self._prepare_graph(edge_index, edge_attr, num_src, num_dst, size)
+        alpha = self.edge_updater(graph.sorted, alpha=(alpha_src, alpha_dst), edge_attr=graph.edge_attr,
+                                  keys=x_src, size=size)
+        # Per node and head (not per edge), after the scores and keys used the undropped x_src.
+        values = self.value_dropout_layer(x_src)
+        out = self.propagate(graph.sorted, x=(values, x_dst), alpha=alpha, csr=graph.csr, size=size)
+        out = out.reshape(-1, self.heads * self.out_channels) if self.concat else out.mean(dim=1)
+        if res is not None:
+            out = out + res
+        if self.bias is not None:
+            out = out + self.bias
+
+        if return_attention_weights:
+            edge_index = graph.edge_index
+            if graph.to_sorted is not None:  # back to the order of the returned edge_index, as PyG gives it
+                alpha = torch.empty_like(alpha).index_copy(0, graph.to_sorted, alpha)
+            if isinstance(edge_index, Tensor):
+                if is_torch_sparse_tensor(edge_index):
+                    return out, (set_sparse_value(edge_index, alpha), alpha)
+                return out, (edge_index, alpha)
+            return out, edge_index.set_value(alpha, layout="coo")
+        return out
+
+    def _prepare_graph(self, edge_index: Adj, edge_attr: OptTensor, num_src: int, num_dst: int,
+                       size: Size) -> "PreparedGraph":
+        """Self-loops added (as PyG's layer does) and the edges sorted by target.
+
+        Without edge features the result is cached for the next call with the same
+        ``edge_index`` object, as long as it is unchanged (same version counter) and alive:
+        a transductive model calls its layers with one graph for every epoch.
+        """
+        key = (getattr(edge_index, "_version", 0), num_src, num_dst, None if size is None else tuple(size))
+        cache = self._graph_cache
+        if edge_attr is None and cache is not None and cache[0]() is edge_index and cache[1] == key:
+            return cache[2]
+        given = edge_index
         if self.add_self_loops:
             if isinstance(edge_index, Tensor):
-                num_nodes = x_src.size(0)
-                if x_dst is not None:
-                    num_nodes = min(num_nodes, x_dst.size(0))
-                num_nodes = min(size) if size is not None else num_nodes
+                num_nodes = min(num_src, num_dst) if size is None else min(size)
                 edge_index, edge_attr = remove_self_loops(edge_index, edge_attr)
                 edge_index, edge_attr = add_self_loops(edge_index, edge_attr, fill_value=self.fill_value,
                                                        num_nodes=num_nodes)
@@ -205,28 +271,20 @@ class GATConv(MessagePassing):
                     raise NotImplementedError("edge_attr with add_self_loops needs a [2, E] edge_index, "
                                               "not a SparseTensor")
                 edge_index = torch_sparse.set_diag(edge_index)
-
-        alpha = self.edge_updater(edge_index, alpha=(alpha_src, alpha_dst), edge_attr=edge_attr,
-                                  keys=x_src, size=size)
-        # Per node and head (not per edge), after the scores and keys used the undropped x_src.
-        values = self.value_dropout_layer(x_src)
-        out = self.propagate(edge_index, x=(values, x_dst), alpha=alpha, size=size)
-        out = out.view(-1, self.heads * self.out_channels) if self.concat else out.mean(dim=1)
-        if res is not None:
-            out = out + res
-        if self.bias is not None:
-            out = out + self.bias
-
-        if return_attention_weights:
-            if isinstance(edge_index, Tensor):
-                if is_torch_sparse_tensor(edge_index):
-                    return out, (set_sparse_value(edge_index, alpha), alpha)
-                return out, (edge_index, alpha)
-            return out, edge_index.set_value(alpha, layout="coo")
-        return out
+        if isinstance(edge_index, Tensor):  # [2, E] or torch.sparse adj_t
+            graph, to_sorted = sort_by_target(edge_index, num_src, num_dst)
+            if edge_attr is not None and to_sorted is not None:
+                edge_attr = edge_attr.index_select(0, to_sorted)
+            prepared = PreparedGraph(edge_index, graph, to_sorted, edge_attr, TargetCSR.from_edge_index(graph))
+        else:  # torch_sparse.SparseTensor adj_t: rows are targets, already sorted
+            ptr, src, _ = edge_index.csr()
+            prepared = PreparedGraph(edge_index, edge_index, None, edge_attr, TargetCSR(src, ptr, edge_index.size(1)))
+        if edge_attr is None and isinstance(given, Tensor):
+            self._graph_cache = (weakref.ref(given), key, prepared)
+        return prepared
 
     def edge_update(self, alpha_j: Tensor, alpha_i: OptTensor, edge_attr: OptTensor, keys: Tensor,
-                    edge_index_j: Tensor, index: Tensor, dim_size: Optional[int]) -> Tensor:
+                    edge_index_j: Tensor, index: Tensor, ptr: OptTensor, dim_size: Optional[int]) -> Tensor:
         """Scores ``e_ij`` of every edge, normalised over the edges of each target node ``i``."""
         alpha = alpha_j if alpha_i is None else alpha_j + alpha_i
         if index.numel() == 0:
@@ -238,13 +296,25 @@ class GATConv(MessagePassing):
             alpha = alpha + (edge_attr * self.att_edge).sum(dim=-1)
         alpha = F.leaky_relu(alpha, self.negative_slope)
         if self.needs_keys:
-            alpha = self.normalizer(alpha, index=index, num_nodes=dim_size, keys=keys, key_index=edge_index_j)
+            alpha = self.normalizer(alpha, index=index, num_nodes=dim_size, ptr=ptr, keys=keys,
+                                    key_index=edge_index_j)
         else:
-            alpha = self.normalizer(alpha, index=index, num_nodes=dim_size)
+            alpha = self.normalizer(alpha, index=index, num_nodes=dim_size, ptr=ptr)
         return self.attention_dropout(alpha)
 
     def message(self, x_j: Tensor, alpha: Tensor) -> Tensor:
+        """Edge by edge (used only where PyG does not fuse, e.g. in explain mode)."""
         return alpha.unsqueeze(-1) * x_j
+
+    def message_and_aggregate(self, edge_index: Union[EdgeIndex, SparseTensor], x: Tensor, alpha: Tensor,
+                              csr: TargetCSR) -> Tensor:
+        """GAT Eq. 4 as one sparse-dense product (see :mod:`graphattn.aggregate`)."""
+        return attention_aggregate(alpha, x[0] if isinstance(x, tuple) else x, csr)
+
+    def __getstate__(self):
+        state = super().__getstate__()
+        state["_graph_cache"] = None  # holds a weak reference, which cannot be pickled
+        return state
 
     def __repr__(self) -> str:
         return (f"{self.__class__.__name__}({self.in_channels}, {self.out_channels}, "
