@@ -200,29 +200,34 @@ class WeibullGammaKL:
         if not contextual:
             self.const += prior_alpha * self.c + math.lgamma(prior_alpha)
 
-    def _log_alpha(self, log_pi: Tensor) -> Tensor:
-        # kept above the smallest normal float so that lgamma(alpha) stays finite
-        return (log_pi + self.log_beta).clamp_min(math.log(torch.finfo(log_pi.dtype).tiny))
+    def _shift(self, log_x: Tensor) -> Tensor:
+        """``log_x + log beta`` (no pass at all for the default ``beta = 1``)."""
+        return log_x if self.log_beta == 0 else log_x + self.log_beta
 
-    def value(self, logp: Tensor, log_pi: Optional[Tensor]) -> Tensor:
-        beta_p = torch.exp(logp + self.log_beta)
+    @staticmethod
+    def _log_tiny(x: Tensor) -> float:
+        # alpha is kept above the smallest normal float so that lgamma(alpha) stays finite
+        return math.log(torch.finfo(x.dtype).tiny)
+
+    def value(self, logp: Tensor, log_pi: Optional[Tensor]):
+        """The per-entry KL, and the tensors :meth:`grads` reuses: ``(d value / d log p, alpha)``."""
+        beta_p = self._shift(logp).exp()
         if log_pi is None:
-            return beta_p - self.alpha * logp
-        alpha = self._log_alpha(log_pi).exp()
-        return alpha * (self.c - logp) + torch.lgamma(alpha) + beta_p
+            return torch.add(beta_p, logp, alpha=-self.alpha), (beta_p - self.alpha,)
+        alpha = self._shift(log_pi).clamp_min(self._log_tiny(log_pi)).exp_()
+        d_logp = beta_p - alpha
+        return beta_p.add_(torch.lgamma(alpha)).addcmul_(alpha, self.c - logp), (d_logp, alpha)
 
-    def grads(self, logp: Tensor, log_pi: Optional[Tensor], need_prior: bool):
+    def grads(self, logp: Tensor, log_pi: Optional[Tensor], saved, need_prior: bool):
         """Derivatives of :meth:`value` with respect to ``log p`` and ``log pi``."""
-        beta_p = torch.exp(logp + self.log_beta)
-        if log_pi is None:
-            return beta_p - self.alpha, None
-        log_alpha = self._log_alpha(log_pi)
-        alpha = log_alpha.exp()
-        d_log_pi = None
-        if need_prior:  # d alpha / d log pi = alpha; d lgamma(alpha) / d alpha = digamma(alpha)
-            d_log_pi = alpha * (self.c - logp + torch.digamma(alpha))
-            d_log_pi = torch.where(log_alpha > log_pi + self.log_beta, torch.zeros_like(d_log_pi), d_log_pi)
-        return beta_p - alpha, d_log_pi
+        d_logp = saved[0]
+        if log_pi is None or not need_prior:
+            return d_logp, None
+        # d alpha / d log pi = alpha (zero where alpha is clamped); d lgamma(alpha) / d alpha = digamma(alpha)
+        alpha = saved[1]
+        d_log_pi = (torch.digamma(alpha).add_(self.c) - logp).mul_(alpha)
+        clamped = log_pi < self._log_tiny(log_pi) - self.log_beta
+        return d_logp, d_log_pi.masked_fill_(clamped, 0.0)
 
 
 class LognormalKL:
@@ -244,11 +249,13 @@ class LognormalKL:
         diff = logp + self.offset
         return diff - log_pi if log_pi is not None else diff
 
-    def value(self, logp: Tensor, log_pi: Optional[Tensor]) -> Tensor:
-        return self._diff(logp, log_pi).square().mul_(self.scale)
+    def value(self, logp: Tensor, log_pi: Optional[Tensor]):
+        """The per-entry KL, and the tensor :meth:`grads` reuses (``mu_q - mu_p``)."""
+        diff = self._diff(logp, log_pi)
+        return diff.square().mul_(self.scale), (diff,)
 
-    def grads(self, logp: Tensor, log_pi: Optional[Tensor], need_prior: bool):
-        d_logp = self._diff(logp, log_pi).mul_(2 * self.scale)
+    def grads(self, logp: Tensor, log_pi: Optional[Tensor], saved, need_prior: bool):
+        d_logp = saved[0] * (2 * self.scale)
         return d_logp, (-d_logp if need_prior and log_pi is not None else None)
 
 
@@ -266,15 +273,16 @@ class _MeanKL(torch.autograd.Function):
     def forward(ctx, scores: Tensor, prior_logits: Optional[Tensor], kernel, groups) -> Tensor:
         logp = groups.log_softmax(scores)
         log_pi = None if prior_logits is None else groups.log_softmax(prior_logits)
-        ctx.save_for_backward(logp, log_pi)
+        value, saved = kernel.value(logp, log_pi)
+        ctx.save_for_backward(logp, log_pi, *saved)
         ctx.kernel, ctx.groups = kernel, groups
-        return groups.mean(kernel.value(logp, log_pi)) + kernel.const
+        return groups.mean(value) + kernel.const
 
     @staticmethod
     def backward(ctx, grad: Tensor):
-        logp, log_pi = ctx.saved_tensors
+        logp, log_pi, *saved = ctx.saved_tensors
         groups = ctx.groups
-        d_logp, d_log_pi = ctx.kernel.grads(logp, log_pi, ctx.needs_input_grad[1])
+        d_logp, d_log_pi = ctx.kernel.grads(logp, log_pi, saved, ctx.needs_input_grad[1])
         scale = grad / groups.count(logp)
         d_scores = groups.zero_masked(d_logp) * scale
         if not ctx.kernel.centred_score_grad:
