@@ -4,45 +4,84 @@ r"""GAT's weighted neighbourhood sum as one sparse-dense product per layer (GAT 
 
 PyG computes it edge by edge (gather ``x_j``, multiply by ``alpha``, scatter-add), which
 materialises two ``[num_edges, heads, channels]`` tensors forward and more backward.
-Here the heads form one block-diagonal CSR matrix ``A`` (block ``h`` holds ``alpha[:, h]``
-at the graph's non-zeros), so the forward is ``A @ X``, the feature gradient ``A^T @ G``
-and the weight gradient the sampled product ``<G_i, X_j>`` at the non-zeros
-(``torch.sparse.sampled_addmm``). PyG's own ``EdgeIndex.matmul`` does the first two but
-has no gradient for the edge values, which attention needs.
+Here the heads form one sparse CSR matrix ``A`` of size ``[nodes * heads, nodes * heads]``
+whose row ``i * heads + h`` holds ``alpha[e, h]`` at column ``j * heads + h`` for every edge
+``e = (j -> i)``. With ``X = x.view(-1, channels)`` the forward is ``A @ X``, the feature
+gradient ``A^T @ G`` and the weight gradient the sampled product ``<G_i, X_j>`` at the
+non-zeros (``torch.sparse.sampled_addmm``); no ``[nodes, heads, channels]`` tensor is ever
+transposed. PyG's own ``EdgeIndex.matmul`` does the first two but has no gradient for the
+edge values, which attention needs.
 """
 from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
-from typing import Dict, Optional, Tuple
+from typing import Dict, Tuple
 
 import torch
 from torch import Tensor
 from torch_geometric import EdgeIndex
-from torch_geometric.index import index2ptr, ptr2index
+from torch_geometric.index import ptr2index
+
+
+@dataclass(frozen=True)
+class HeadPattern:
+    """A ``heads``-interleaved CSR pattern: ``crow``, ``col``, for every non-zero the position
+    of its value in the flattened ``[num_edges, heads]`` weights (``value_index``), and the
+    inverse permutation (``entry_index``: the non-zero of every weight)."""
+
+    crow: Tensor
+    col: Tensor
+    value_index: Tensor
+    entry_index: Tensor
+    shape: Tuple[int, int]
+
+    @classmethod
+    def build(cls, ptr: Tensor, cols: Tensor, edges: Tensor, num_cols: int, heads: int) -> "HeadPattern":
+        """For edges sorted by row (``ptr``), each with its column and its edge id."""
+        num_rows, num_edges = ptr.numel() - 1, cols.numel()
+        head = torch.arange(heads, device=ptr.device)
+        rows = ptr2index(ptr, num_edges)
+        degree = ptr.diff()
+        # Row r * heads + h starts at heads * ptr[r] + h * degree[r]; edge q of row r is its
+        # (q - ptr[r])-th entry.
+        row_start = heads * ptr[:-1].view(-1, 1) + head * degree.view(-1, 1)  # [num_rows, heads]
+        position = (row_start.index_select(0, rows) + (torch.arange(num_edges, device=ptr.device) - ptr[rows]).view(-1, 1)).view(-1)
+        dtype = torch.int32 if heads * max(num_edges, num_rows, num_cols) < 2**31 else torch.long
+        col = torch.empty(heads * num_edges, dtype=dtype, device=ptr.device)
+        col[position] = (cols.view(-1, 1) * heads + head).view(-1).to(dtype)
+        flat_value = (edges.view(-1, 1) * heads + head).view(-1)
+        value_index = torch.empty_like(col)
+        value_index[position] = flat_value.to(dtype)
+        entry_index = torch.empty_like(col)
+        entry_index[flat_value] = position.to(dtype)
+        crow = torch.cat([row_start.view(-1), ptr.new_full((1,), heads * num_edges)]).to(dtype)
+        return cls(crow, col, value_index, entry_index, (num_rows * heads, num_cols * heads))
+
+    def matrix(self, values: Tensor) -> Tensor:
+        """The sparse matrix with ``values`` (``[num_edges, heads]``, contiguous) at the pattern."""
+        with warnings.catch_warnings():  # "Sparse CSR tensor support is in beta state"
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.sparse_csr_tensor(self.crow, self.col, values.reshape(-1).index_select(0, self.value_index),
+                                           self.shape, check_invariants=False)
 
 
 @dataclass(eq=False)
 class TargetCSR:
     """A graph's edges sorted by target: ``src[ptr[i]:ptr[i+1]]`` are the sources of target ``i``.
 
-    The block-diagonal index arrays of ``A`` and ``A^T`` (and the permutation that sorts the
-    edges by source, which ``A^T`` needs) are built on first use and kept, so a graph that is
-    reused across calls (see ``GATConv``) builds them once. They are int32 where the sizes allow.
+    The patterns of ``A`` and ``A^T`` are built on first use and kept, so a graph that is
+    reused across calls (see ``GATConv``) builds them once.
     """
 
     src: Tensor
     ptr: Tensor
     num_src: int
-    _patterns: Dict[Tuple[int, bool], Tuple[Tensor, Tensor, Optional[Tensor]]] = field(default_factory=dict)
+    _patterns: Dict[Tuple[int, bool], HeadPattern] = field(default_factory=dict)
 
     @property
     def num_dst(self) -> int:
         return self.ptr.numel() - 1
-
-    @property
-    def num_edges(self) -> int:
-        return self.src.numel()
 
     @classmethod
     def from_edge_index(cls, edge_index: EdgeIndex) -> "TargetCSR":
@@ -50,68 +89,43 @@ class TargetCSR:
         (ptr, src), _ = edge_index.get_csc()
         return cls(src.as_subclass(Tensor), ptr.as_subclass(Tensor), edge_index.get_sparse_size(0))
 
-    def _pattern(self, heads: int, transpose: bool) -> Tuple[Tensor, Tensor, Optional[Tensor]]:
-        """``crow``, ``col`` of the block-diagonal matrix, and the edge order of its values."""
+    def pattern(self, heads: int, transpose: bool = False) -> HeadPattern:
+        """The pattern of ``A`` (rows are targets) or of ``A^T`` (rows are sources)."""
         key = (heads, transpose)
         if key not in self._patterns:
-            order = None
-            ptr, cols, num_cols = self.ptr, self.src, self.num_src
+            edges = torch.arange(self.src.numel(), device=self.src.device)
             if transpose:
-                order = torch.argsort(self.src, stable=True)
-                ptr = index2ptr(self.src.index_select(0, order), self.num_src)
-                cols = ptr2index(self.ptr, self.num_edges).index_select(0, order)
-                num_cols = self.num_dst
-            dtype = torch.int32 if heads * max(self.num_edges, num_cols) < 2**31 else torch.long
-            offsets = torch.arange(heads, device=ptr.device).view(-1, 1)
-            crow = torch.cat([(ptr[:-1].view(1, -1) + offsets * self.num_edges).view(-1),
-                              ptr.new_full((1,), heads * self.num_edges)])
-            col = (cols.view(1, -1) + offsets * num_cols).view(-1)
-            self._patterns[key] = (crow.to(dtype), col.to(dtype), order)
+                edges = torch.argsort(self.src, stable=True)
+                ptr = torch.cat([self.ptr.new_zeros(1), torch.bincount(self.src, minlength=self.num_src).cumsum(0)])
+                dst = ptr2index(self.ptr, self.src.numel())
+                self._patterns[key] = HeadPattern.build(ptr, dst.index_select(0, edges), edges, self.num_dst, heads)
+            else:
+                self._patterns[key] = HeadPattern.build(self.ptr, self.src, edges, self.num_src, heads)
         return self._patterns[key]
-
-    def block_diagonal(self, values: Tensor, transpose: bool = False) -> Tensor:
-        """The ``[heads * rows, heads * cols]`` CSR matrix with block ``h`` = ``values[:, h]``
-        at the graph's non-zeros (``transpose=True``: of ``A^T``)."""
-        heads = values.shape[1]
-        crow, col, order = self._pattern(heads, transpose)
-        if order is not None:
-            values = values.index_select(0, order)
-        num_rows, num_cols = (self.num_src, self.num_dst) if transpose else (self.num_dst, self.num_src)
-        with warnings.catch_warnings():  # "Sparse CSR tensor support is in beta state"
-            warnings.simplefilter("ignore", UserWarning)
-            return torch.sparse_csr_tensor(crow, col, values.t().reshape(-1),
-                                           (heads * num_rows, heads * num_cols), check_invariants=False)
-
-
-def _heads_first(x: Tensor) -> Tensor:
-    """``[nodes, heads, channels]`` -> ``[heads * nodes, channels]`` (one copy)."""
-    return x.transpose(0, 1).reshape(-1, x.shape[-1])
 
 
 class _HeadwiseSpMM(torch.autograd.Function):
     @staticmethod
     def forward(ctx, alpha: Tensor, x: Tensor, csr: TargetCSR) -> Tensor:
         heads, channels = x.shape[1], x.shape[2]
-        adjacency = csr.block_diagonal(alpha)
-        x_heads = _heads_first(x)
-        out = torch.sparse.mm(adjacency, x_heads).view(heads, csr.num_dst, channels)
-        ctx.save_for_backward(alpha, x_heads)
+        alpha, x_rows = alpha.contiguous(), x.reshape(-1, channels)
+        adjacency = csr.pattern(heads).matrix(alpha)
+        ctx.save_for_backward(alpha, x_rows)
         ctx.csr, ctx.adjacency = csr, adjacency
-        return out.transpose(0, 1)
+        return torch.sparse.mm(adjacency, x_rows).view(csr.num_dst, heads, channels)
 
     @staticmethod
     def backward(ctx, grad: Tensor):
-        alpha, x_heads = ctx.saved_tensors
-        csr = ctx.csr
-        num_edges, heads = alpha.shape
-        grad_heads = _heads_first(grad)
+        alpha, x_rows = ctx.saved_tensors
+        csr, heads = ctx.csr, alpha.shape[1]
+        grad_rows = grad.reshape(-1, grad.shape[-1])
         d_alpha = d_x = None
-        if ctx.needs_input_grad[0]:  # <G_i, X_j> at every non-zero (i, j) of every head
-            sampled = torch.sparse.sampled_addmm(ctx.adjacency, grad_heads, x_heads.t(), beta=0.0)
-            d_alpha = sampled.values().view(heads, num_edges).t()
+        if ctx.needs_input_grad[0]:  # <G_i, X_j> at every non-zero (i, j), back in edge order
+            sampled = torch.sparse.sampled_addmm(ctx.adjacency, grad_rows, x_rows.t(), beta=0.0).values()
+            d_alpha = sampled.index_select(0, csr.pattern(heads).entry_index).view_as(alpha)
         if ctx.needs_input_grad[1]:
-            d_x = torch.sparse.mm(csr.block_diagonal(alpha, transpose=True), grad_heads)
-            d_x = d_x.view(heads, csr.num_src, -1).transpose(0, 1)
+            d_x = torch.sparse.mm(csr.pattern(heads, transpose=True).matrix(alpha), grad_rows)
+            d_x = d_x.view(csr.num_src, heads, -1)
         return d_alpha, d_x, None
 
 
@@ -122,7 +136,7 @@ def attention_aggregate(alpha: Tensor, x: Tensor, csr: TargetCSR) -> Tensor:
         alpha: ``[num_edges, heads]`` attention weights, in the order of ``csr``.
         x: ``[num_src, heads, channels]`` source features.
     Returns:
-        ``[num_dst, heads, channels]`` (a transposed view; ``reshape`` it to concatenate heads).
+        ``[num_dst, heads, channels]``.
     """
     if alpha.shape[0] == 0:
         return x.new_zeros(csr.num_dst, x.shape[1], x.shape[2])
