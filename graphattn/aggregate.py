@@ -87,7 +87,7 @@ class TargetCSR:
     def from_edge_index(cls, edge_index: EdgeIndex) -> "TargetCSR":
         """From an ``EdgeIndex`` sorted by target (``sort_by("col")``), reusing its CSC cache."""
         (ptr, src), _ = edge_index.get_csc()
-        return cls(src.as_subclass(Tensor), ptr.as_subclass(Tensor), edge_index.get_sparse_size(0))
+        return cls(src, ptr, edge_index.get_sparse_size(0))
 
     def pattern(self, heads: int, transpose: bool = False) -> HeadPattern:
         """The pattern of ``A`` (rows are targets) or of ``A^T`` (rows are sources)."""

@@ -80,6 +80,11 @@ class PreparedGraph:
     edge_attr: OptTensor
     csr: TargetCSR
 
+    @property
+    def edges(self) -> Adj:
+        """``sorted`` as PyG's edge updater takes it fastest (a plain tensor, not an ``EdgeIndex``)."""
+        return self.sorted.as_tensor() if isinstance(self.sorted, EdgeIndex) else self.sorted
+
 
 def sort_by_target(edge_index: Tensor, num_src: int, num_dst: int) -> Tuple[EdgeIndex, Optional[Tensor]]:
     """``edge_index`` (``[2, E]``, an ``EdgeIndex`` or a ``torch.sparse`` ``adj_t``) as an
@@ -225,8 +230,8 @@ class GATConv(MessagePassing):
         num_src = x_src.size(0)
         num_dst = size[1] if size is not None else (x_dst if x_dst is not None else x_src).size(0)
         graph = self._prepare_graph(edge_index, edge_attr, num_src, num_dst, size)
-        alpha = self.edge_updater(graph.sorted, alpha=(alpha_src, alpha_dst), edge_attr=graph.edge_attr,
-                                  keys=x_src, size=size)
+        alpha = self.edge_updater(graph.edges, alpha=(alpha_src, alpha_dst), edge_attr=graph.edge_attr,
+                                  keys=x_src, target_ptr=graph.csr.ptr, size=size)
         # Per node and head (not per edge), after the scores and keys used the undropped x_src.
         values = self.value_dropout_layer(x_src)
         out = self.propagate(graph.sorted, x=(values, x_dst), alpha=alpha, csr=graph.csr, size=size)
@@ -284,7 +289,7 @@ class GATConv(MessagePassing):
         return prepared
 
     def edge_update(self, alpha_j: Tensor, alpha_i: OptTensor, edge_attr: OptTensor, keys: Tensor,
-                    edge_index_j: Tensor, index: Tensor, ptr: OptTensor, dim_size: Optional[int]) -> Tensor:
+                    edge_index_j: Tensor, index: Tensor, target_ptr: Tensor, dim_size: Optional[int]) -> Tensor:
         """Scores ``e_ij`` of every edge, normalised over the edges of each target node ``i``."""
         alpha = alpha_j if alpha_i is None else alpha_j + alpha_i
         if index.numel() == 0:
@@ -296,10 +301,10 @@ class GATConv(MessagePassing):
             alpha = alpha + (edge_attr * self.att_edge).sum(dim=-1)
         alpha = F.leaky_relu(alpha, self.negative_slope)
         if self.needs_keys:
-            alpha = self.normalizer(alpha, index=index, num_nodes=dim_size, ptr=ptr, keys=keys,
+            alpha = self.normalizer(alpha, index=index, num_nodes=dim_size, ptr=target_ptr, keys=keys,
                                     key_index=edge_index_j)
         else:
-            alpha = self.normalizer(alpha, index=index, num_nodes=dim_size, ptr=ptr)
+            alpha = self.normalizer(alpha, index=index, num_nodes=dim_size, ptr=target_ptr)
         return self.attention_dropout(alpha)
 
     def message(self, x_j: Tensor, alpha: Tensor) -> Tensor:
