@@ -78,7 +78,11 @@ class PreparedGraph:
     sorted: Adj
     to_sorted: Optional[Tensor]
     edge_attr: OptTensor
-    csr: TargetCSR
+    csr: Optional[TargetCSR]  # None in explain mode, where PyG does not fuse
+
+    @property
+    def ptr(self) -> Optional[Tensor]:
+        return None if self.csr is None else self.csr.ptr
 
     @property
     def edges(self) -> Adj:
@@ -231,7 +235,7 @@ class GATConv(MessagePassing):
         num_dst = size[1] if size is not None else (x_dst if x_dst is not None else x_src).size(0)
         graph = self._prepare_graph(edge_index, edge_attr, num_src, num_dst, size)
         alpha = self.edge_updater(graph.edges, alpha=(alpha_src, alpha_dst), edge_attr=graph.edge_attr,
-                                  keys=x_src, target_ptr=graph.csr.ptr, size=size)
+                                  keys=x_src, target_ptr=graph.ptr, size=size)
         # Per node and head (not per edge), after the scores and keys used the undropped x_src.
         values = self.value_dropout_layer(x_src)
         out = self.propagate(graph.sorted, x=(values, x_dst), alpha=alpha, csr=graph.csr, size=size)
@@ -262,7 +266,8 @@ class GATConv(MessagePassing):
         """
         key = (getattr(edge_index, "_version", 0), num_src, num_dst, None if size is None else tuple(size))
         cache = self._graph_cache
-        if edge_attr is None and cache is not None and cache[0]() is edge_index and cache[1] == key:
+        if not self.explain and edge_attr is None and cache is not None and cache[0]() is edge_index \
+                and cache[1] == key:
             return cache[2]
         given = edge_index
         if self.add_self_loops:
@@ -276,6 +281,8 @@ class GATConv(MessagePassing):
                     raise NotImplementedError("edge_attr with add_self_loops needs a [2, E] edge_index, "
                                               "not a SparseTensor")
                 edge_index = torch_sparse.set_diag(edge_index)
+        if self.explain:  # explainer masks follow PyG's edge order: keep it (and the unfused path)
+            return PreparedGraph(edge_index, edge_index, None, edge_attr, None)
         if isinstance(edge_index, Tensor):  # [2, E] or torch.sparse adj_t
             graph, to_sorted = sort_by_target(edge_index, num_src, num_dst)
             if edge_attr is not None and to_sorted is not None:
@@ -289,7 +296,7 @@ class GATConv(MessagePassing):
         return prepared
 
     def edge_update(self, alpha_j: Tensor, alpha_i: OptTensor, edge_attr: OptTensor, keys: Tensor,
-                    edge_index_j: Tensor, index: Tensor, target_ptr: Tensor, dim_size: Optional[int]) -> Tensor:
+                    edge_index_j: Tensor, index: Tensor, target_ptr: OptTensor, dim_size: Optional[int]) -> Tensor:
         """Scores ``e_ij`` of every edge, normalised over the edges of each target node ``i``."""
         alpha = alpha_j if alpha_i is None else alpha_j + alpha_i
         if index.numel() == 0:
@@ -308,7 +315,7 @@ class GATConv(MessagePassing):
         return self.attention_dropout(alpha)
 
     def message(self, x_j: Tensor, alpha: Tensor) -> Tensor:
-        """Edge by edge (used only where PyG does not fuse, e.g. in explain mode)."""
+        """Edge by edge (used only where PyG does not fuse: in explain mode)."""
         return alpha.unsqueeze(-1) * x_j
 
     def message_and_aggregate(self, edge_index: Union[EdgeIndex, SparseTensor], x: Tensor, alpha: Tensor,

@@ -1,9 +1,11 @@
 """graphattn.GATConv against torch_geometric.nn.GATConv, and its attention variants."""
+import pickle
 import warnings
 
 import pytest
 import torch
 import torch_geometric.nn as pyg_nn
+from torch_geometric.explain.algorithm.utils import clear_masks, set_masks
 from torch_geometric.utils import coalesce, scatter, to_torch_csr_tensor
 
 from common import attention
@@ -64,6 +66,38 @@ def test_sparse_adjacency_equals_edge_index_and_pyg():
     torch.testing.assert_close(out_sparse, out_pyg)
     torch.testing.assert_close(att_sparse, att_pyg)
     assert adj_out.layout in (torch.sparse_csr, torch.sparse_coo)
+
+
+def test_explain_mode_masks_the_same_edges_as_pyg():
+    theirs, ours = twins(in_channels=6, out_channels=4, heads=2)
+    edge_index, x = random_graph(), torch.randn(12, 6)
+    mask = torch.rand(edge_index.shape[1])
+    for conv in (theirs, ours):
+        set_masks(conv, mask, edge_index, apply_sigmoid=False)
+    torch.testing.assert_close(ours(x, edge_index), theirs(x, edge_index))
+    for conv in (theirs, ours):
+        clear_masks(conv)
+    torch.testing.assert_close(ours(x, edge_index), theirs(x, edge_index))
+
+
+def test_prepared_graph_is_reused_until_the_edge_index_changes():
+    torch.manual_seed(0)
+    conv, fresh = GATConv(6, 4, heads=2), GATConv(6, 4, heads=2)
+    fresh.load_state_dict(conv.state_dict())
+    edge_index, x = random_graph(), torch.randn(12, 6)
+    conv(x, edge_index)
+    prepared = conv._graph_cache[2]
+    conv(x, edge_index)
+    assert conv._graph_cache[2] is prepared  # same graph object, unchanged: reused
+    conv(x, edge_index.clone())
+    assert conv._graph_cache[2] is not prepared  # another object: prepared anew
+    edge_index = random_graph()
+    conv(x, edge_index)
+    edge_index[0] = edge_index[0].flip(0)  # changed in place: the version counter moves on
+    torch.testing.assert_close(conv(x, edge_index), fresh(x, edge_index))
+    torch.testing.assert_close(conv(x[:11], edge_index), fresh(x[:11], edge_index))  # other node count
+    restored = pickle.loads(pickle.dumps(conv))  # the weak reference is not pickled
+    torch.testing.assert_close(restored(x, edge_index), fresh(x, edge_index))
 
 
 @pytest.mark.parametrize("name", ["softmax", "bam-wc", "bam-lf", "entmax15"])
