@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
-from typing import Dict, Tuple
+from typing import Dict, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -27,17 +27,18 @@ from torch_geometric.index import ptr2index
 @dataclass(frozen=True)
 class HeadPattern:
     """A ``heads``-interleaved CSR pattern: ``crow``, ``col``, for every non-zero the position
-    of its value in the flattened ``[num_edges, heads]`` weights (``value_index``), and the
-    inverse permutation (``entry_index``: the non-zero of every weight)."""
+    of its value in the flattened ``[num_edges, heads]`` weights (``value_index``), and
+    optionally the inverse permutation (``entry_index``: the non-zero of every weight)."""
 
     crow: Tensor
     col: Tensor
     value_index: Tensor
-    entry_index: Tensor
+    entry_index: Optional[Tensor]
     shape: Tuple[int, int]
 
     @classmethod
-    def build(cls, ptr: Tensor, cols: Tensor, edges: Tensor, num_cols: int, heads: int) -> "HeadPattern":
+    def build(cls, ptr: Tensor, cols: Tensor, edges: Tensor, num_cols: int, heads: int,
+              with_entry_index: bool) -> "HeadPattern":
         """For edges sorted by row (``ptr``), each with its column and its edge id."""
         num_rows, num_edges = ptr.numel() - 1, cols.numel()
         head = torch.arange(heads, device=ptr.device)
@@ -53,8 +54,10 @@ class HeadPattern:
         flat_value = (edges.view(-1, 1) * heads + head).view(-1)
         value_index = torch.empty_like(col)
         value_index[position] = flat_value.to(dtype)
-        entry_index = torch.empty_like(col)
-        entry_index[flat_value] = position.to(dtype)
+        entry_index = None
+        if with_entry_index:
+            entry_index = torch.empty_like(col)
+            entry_index[flat_value] = position.to(dtype)
         crow = torch.cat([row_start.view(-1), ptr.new_full((1,), heads * num_edges)]).to(dtype)
         return cls(crow, col, value_index, entry_index, (num_rows * heads, num_cols * heads))
 
@@ -98,9 +101,11 @@ class TargetCSR:
                 edges = torch.argsort(self.src, stable=True)
                 ptr = torch.cat([self.ptr.new_zeros(1), torch.bincount(self.src, minlength=self.num_src).cumsum(0)])
                 dst = ptr2index(self.ptr, self.src.numel())
-                self._patterns[key] = HeadPattern.build(ptr, dst.index_select(0, edges), edges, self.num_dst, heads)
-            else:
-                self._patterns[key] = HeadPattern.build(self.ptr, self.src, edges, self.num_src, heads)
+                self._patterns[key] = HeadPattern.build(ptr, dst.index_select(0, edges), edges, self.num_dst,
+                                                        heads, with_entry_index=False)
+            else:  # the weight gradient comes back through entry_index
+                self._patterns[key] = HeadPattern.build(self.ptr, self.src, edges, self.num_src, heads,
+                                                        with_entry_index=True)
         return self._patterns[key]
 
 
