@@ -28,7 +28,8 @@ from torch_geometric.index import ptr2index
 class HeadPattern:
     """A ``heads``-interleaved CSR pattern: ``crow``, ``col``, for every non-zero the position
     of its value in the flattened ``[num_edges, heads]`` weights (``value_index``), and
-    optionally the inverse permutation (``entry_index``: the non-zero of every weight)."""
+    optionally the inverse permutation (``entry_index``: the non-zero of every weight; built
+    only where the edge ids are the row order itself)."""
 
     crow: Tensor
     col: Tensor
@@ -39,26 +40,33 @@ class HeadPattern:
     @classmethod
     def build(cls, ptr: Tensor, cols: Tensor, edges: Tensor, num_cols: int, heads: int,
               with_entry_index: bool) -> "HeadPattern":
-        """For edges sorted by row (``ptr``), each with its column and its edge id."""
+        """For edges sorted by row (``ptr``), each with its column and its edge id.
+
+        Row ``r * heads + h`` holds the ``degree[r]`` edges of row ``r``, from
+        ``heads * ptr[r] + h * degree[r]`` on; everything is computed in the order of the
+        non-zeros (repeats and gathers, no scatter or division), in 32-bit integers where the
+        sizes allow.
+        """
         num_rows, num_edges = ptr.numel() - 1, cols.numel()
-        head = torch.arange(heads, device=ptr.device)
-        rows = ptr2index(ptr, num_edges)
-        degree = ptr.diff()
-        # Row r * heads + h starts at heads * ptr[r] + h * degree[r]; edge q of row r is its
-        # (q - ptr[r])-th entry.
-        row_start = heads * ptr[:-1].view(-1, 1) + head * degree.view(-1, 1)  # [num_rows, heads]
-        position = (row_start.index_select(0, rows) + (torch.arange(num_edges, device=ptr.device) - ptr[rows]).view(-1, 1)).view(-1)
         dtype = torch.int32 if heads * max(num_edges, num_rows, num_cols) < 2**31 else torch.long
-        col = torch.empty(heads * num_edges, dtype=dtype, device=ptr.device)
-        col[position] = (cols.view(-1, 1) * heads + head).view(-1).to(dtype)
-        flat_value = (edges.view(-1, 1) * heads + head).view(-1)
-        value_index = torch.empty_like(col)
-        value_index[position] = flat_value.to(dtype)
+        ptr, cols, edges = ptr.to(dtype), cols.to(dtype), edges.to(dtype)
+        head = torch.arange(heads, dtype=dtype, device=ptr.device)
+        degree = ptr.diff()
+        row_start = heads * ptr[:-1].view(-1, 1) + head * degree.view(-1, 1)  # [num_rows, heads]
+        crow = torch.cat([row_start.view(-1), ptr.new_full((1,), heads * num_edges)])
+        # Non-zero k of row r * heads + h is edge k - (row_start - ptr[r]) of head h.
+        sizes = degree.repeat_interleave(heads)
+        total = heads * num_edges
+        shift = (row_start - ptr[:-1].view(-1, 1)).view(-1).repeat_interleave(sizes, output_size=total)
+        h = head.repeat(num_rows).repeat_interleave(sizes, output_size=total)
+        edge = torch.arange(total, dtype=dtype, device=ptr.device).sub_(shift)
+        col = cols.index_select(0, edge).mul_(heads).add_(h)
+        value_index = edges.index_select(0, edge).mul_(heads).add_(h)
         entry_index = None
-        if with_entry_index:
-            entry_index = torch.empty_like(col)
-            entry_index[flat_value] = position.to(dtype)
-        crow = torch.cat([row_start.view(-1), ptr.new_full((1,), heads * num_edges)]).to(dtype)
+        if with_entry_index:  # for edges in row order: the non-zero of (edge q, head h)
+            rows = torch.arange(num_rows, dtype=dtype, device=ptr.device).repeat_interleave(degree, output_size=num_edges)
+            first = ((heads - 1) * ptr[:-1]).index_select(0, rows) + torch.arange(num_edges, dtype=dtype, device=ptr.device)
+            entry_index = (first.view(-1, 1) + head * degree.index_select(0, rows).view(-1, 1)).view(-1)
         return cls(crow, col, value_index, entry_index, (num_rows * heads, num_cols * heads))
 
     def matrix(self, values: Tensor) -> Tensor:
