@@ -24,6 +24,13 @@ training, use the posterior mean (softmax) in evaluation, and add their KL term 
 :func:`common.attention.aux_losses` collector. The contextual prior of ``bam-wc``/``bam-lc`` reads
 the keys :math:`\Theta_s \mathbf{x}_j` per node (``key_dim = out_channels``), so everything
 stays linear in the number of edges.
+
+How it runs: the edges (with self-loops) are sorted by target once, so each node's scores are
+normalised by segment sums, and the weighted sum :math:`\mathbf{x}'_i` is one sparse-dense
+product (PyG's ``message_and_aggregate`` hook, :mod:`graphattn.aggregate`) instead of a gather,
+a multiply and a scatter over ``[edges, heads, channels]``. The prepared graph is kept while the
+layer is called again with the same, unchanged ``edge_index`` tensor (transductive training).
+Attention weights are returned in the order of PyG's layer.
 """
 from __future__ import annotations
 
@@ -35,11 +42,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch.nn import Parameter
+from torch_geometric import EdgeIndex
 from torch_geometric.nn.conv import MessagePassing
 from torch_geometric.nn.dense.linear import Linear
 from torch_geometric.nn.inits import glorot, zeros
 from torch_geometric.typing import Adj, OptTensor, Size, SparseTensor, torch_sparse
-from torch_geometric import EdgeIndex
 from torch_geometric.utils import add_self_loops, is_torch_sparse_tensor, remove_self_loops, to_edge_index
 from torch_geometric.utils.sparse import set_sparse_value
 
