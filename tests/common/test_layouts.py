@@ -106,6 +106,29 @@ def test_gradcheck_edgewise_float64(name):
     assert torch.autograd.gradcheck(lambda s: norm(s, index=index, num_nodes=n), (e_scores,), atol=1e-6)
 
 
+@pytest.mark.parametrize("name", ALL)
+@pytest.mark.parametrize("spread", [1.0, 1e3], ids=["global-shift", "per-group-max"])
+def test_edgewise_csr_pointer_gives_the_same_weights_kl_and_gradients(name, spread):
+    scores, keys, mask = _problem(seed=5)
+    e_scores, index, n, key_index, node_keys, _ = dense_to_edges(scores * spread, mask, keys)
+    n += 1  # a last target node without edges
+    ptr = torch.cat([index.new_zeros(1), torch.bincount(index, minlength=n).cumsum(0)])
+    norm = _build(name).train()
+    results = []
+    for extra in ({}, {"ptr": ptr}):
+        torch.manual_seed(0)  # the same BAM noise both times
+        s = e_scores.clone().requires_grad_(True)
+        with attention.aux_losses() as aux:
+            weights = norm(s, index=index, num_nodes=n, keys=node_keys, key_index=key_index, **extra)
+        kl = aux.total() if aux.by_name() else s.new_zeros(())
+        (weights.square().sum() + kl).backward()
+        results.append((weights, kl, s.grad))
+    for with_scatter, with_ptr in zip(*results):
+        torch.testing.assert_close(with_ptr, with_scatter)
+    with pytest.raises(ValueError, match="CSR pointer"):
+        attention.EdgeGroups(index, ptr=ptr.view(1, -1))
+
+
 def test_edge_log_softmax_gradcheck():
     e_scores, index, n, *_ = dense_to_edges(*_problem(seed=4)[::2])
     groups = attention.EdgeGroups(index, n)
