@@ -104,6 +104,11 @@ def sort_by_target(edge_index: Tensor, num_src: int, num_dst: int) -> Tuple[Edge
         edge_index = to_edge_index(edge_index)[0].flip(0)
     if not isinstance(edge_index, EdgeIndex):
         edge_index = EdgeIndex(edge_index, sparse_size=(num_src, num_dst))
+    try:
+        edge_index.validate()
+    except ValueError as err:
+        raise ValueError(f"edge_index does not fit x ({num_src} source and {num_dst} target nodes): {err}; "
+                         f"node ids must lie in [0, num_nodes)") from err
     return edge_index.sort_by("col")
 
 

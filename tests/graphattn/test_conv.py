@@ -180,6 +180,14 @@ def sparse(x):
         return x.to_sparse_csr()
 
 
+def test_edge_index_outside_the_nodes_is_a_clear_error():
+    conv = GATConv(6, 4, heads=2)
+    with pytest.raises(ValueError, match=r"5 source and 5 target nodes.*got 7"):
+        conv(torch.randn(5, 6), torch.tensor([[0, 1, 2], [1, 2, 7]]))
+    with pytest.raises(ValueError, match="negative"):
+        conv(torch.randn(5, 6), torch.tensor([[0, -1], [1, 2]]))
+
+
 def test_sparse_csr_features_match_dense_features():
     torch.manual_seed(0)
     x = torch.rand(12, 6) * (torch.rand(12, 6) < 0.3)
