@@ -44,6 +44,7 @@ from common import attention  # noqa: E402
 from common.utils import atomic_write_json, environment  # noqa: E402
 
 THREADS = 2  # the issue's setting; --threads changes it (e.g. 1 on a CPU shared with other jobs)
+DEVICE = torch.device("cpu")  # --device cuda times both sides on a GPU (synchronised)
 LARGE = {"nodes": 170_000, "edges": 1_200_000, "features": 64, "heads": 8, "channels": 8}
 
 
@@ -55,10 +56,17 @@ def interleaved(fns: Dict[str, Callable[[], None]], repeats: int, warmup: int = 
     times = {name: [] for name in fns}
     for _ in range(repeats):
         for name, fn in fns.items():
+            synchronize()
             start = time.perf_counter()
             fn()
+            synchronize()
             times[name].append((time.perf_counter() - start) * 1e3)
     return {name: statistics.median(t) for name, t in times.items()}
+
+
+def synchronize() -> None:
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize(DEVICE)
 
 
 def layer_step(conv, x, edge_index, collect_kl: bool, fresh_graph: bool = False) -> Callable[[], None]:
@@ -100,14 +108,14 @@ def make_layers(in_channels: int, heads: int, channels: int, dropout: float, see
     for name in ("softmax", "bam-wc", "bam-wc_fresh_graph"):
         conv = GATConv(in_channels, channels, heads=heads, dropout=dropout, attention=name.split("_")[0]).train()
         conv.load_state_dict(pyg.state_dict(), strict=False)
-        ours[name] = conv
-    return pyg, ours
+        ours[name] = conv.to(DEVICE)
+    return pyg.to(DEVICE), ours
 
 
 def bench_layer(data, repeats: int) -> Dict:
     """``bam-wc`` with its KL (a training step) and without (sampling only, KL weight 0)."""
     pyg, ours = make_layers(data.num_features, 8, 8, 0.6)
-    x, edge_index = data.x, data.edge_index
+    x, edge_index = data.x.to(DEVICE), data.edge_index.to(DEVICE)
     return with_ratios(interleaved({
         "ours_bam-wc": layer_step(ours["bam-wc"], x, edge_index, True),
         "pyg": layer_step(pyg, x, edge_index, False),
@@ -156,20 +164,22 @@ def bench_train_step(data, repeats: int) -> Dict:
     import warnings
 
     from graphattn import GAT
+    data = data.to(DEVICE)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         x_sparse = data.x.to_sparse_csr()
     torch.manual_seed(0)
-    pyg = PyGExampleGAT(data.num_features, 8, data.num_classes, 8)
-    ours_wc = GAT(data.num_features, data.num_classes, attention="bam-wc")
-    ours_sm = GAT(data.num_features, data.num_classes, attention="softmax")
+    pyg = PyGExampleGAT(data.num_features, 8, data.num_classes, 8).to(DEVICE)
+    ours_wc = GAT(data.num_features, data.num_classes, attention="bam-wc").to(DEVICE)
+    ours_sm = GAT(data.num_features, data.num_classes, attention="softmax").to(DEVICE)
     ms = interleaved({
         "ours_bam-wc": train_step(ours_wc, x_sparse, data, 0.1),
         "pyg": train_step(pyg, data.x, data, 0.0),
         "ours_softmax": train_step(ours_sm, x_sparse, data, 0.0),
     }, repeats)
-    profile = profile_pyg_step(train_step(pyg, data.x, data, 0.0))
-    return {**with_ratios(ms), "pyg_step_profile": profile}
+    if DEVICE.type != "cpu":
+        return with_ratios(ms)
+    return {**with_ratios(ms), "pyg_step_profile": profile_pyg_step(train_step(pyg, data.x, data, 0.0))}
 
 
 def profile_pyg_step(step: Callable[[], None], steps: int = 5) -> Dict:
@@ -188,7 +198,7 @@ def large_graph(seed: int = 0):
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(LARGE["nodes"], LARGE["features"], generator=g)
     edge_index = torch.randint(0, LARGE["nodes"], (2, LARGE["edges"]), generator=g)
-    return x, edge_index
+    return x.to(DEVICE), edge_index.to(DEVICE)
 
 
 def _rss_kib(field: str) -> int:
@@ -228,6 +238,17 @@ def cached_graph_mib(conv) -> float:
     return sum(t.numel() * t.element_size() for t in tensors) / 2**20
 
 
+def cuda_peak_mib(step: Callable[[], None]) -> float:
+    """GPU memory allocated at the peak of one step, above what was allocated before it."""
+    step()
+    torch.cuda.synchronize(DEVICE)
+    torch.cuda.reset_peak_memory_stats(DEVICE)
+    before = torch.cuda.memory_allocated(DEVICE)
+    step()
+    torch.cuda.synchronize(DEVICE)
+    return (torch.cuda.max_memory_allocated(DEVICE) - before) / 2**20
+
+
 def bench_large(repeats: int) -> Dict:
     x, edge_index = large_graph()
     pyg, ours = make_layers(LARGE["features"], LARGE["heads"], LARGE["channels"], 0.6)
@@ -238,6 +259,10 @@ def bench_large(repeats: int) -> Dict:
         "ours_bam-wc_fresh_graph": layer_step(ours["bam-wc_fresh_graph"], x, edge_index, True, fresh_graph=True),
         "pyg_fresh_graph": layer_step(pyg, x, edge_index, False, fresh_graph=True),
     }, repeats, warmup=1))
+    if DEVICE.type == "cuda":
+        return {"graph": LARGE, **timings, "peak_mib": {
+            name: cuda_peak_mib(layer_step(conv, x, edge_index, collect_kl=name == "ours_bam-wc"))
+            for name, conv in (("ours_bam-wc", ours["bam-wc"]), ("pyg", pyg), ("ours_softmax", ours["softmax"]))}}
     memory, cache = {}, {}
     for side in ("bam-wc", "pyg", "softmax"):
         child = subprocess.run([sys.executable, __file__, "--memory-child", side,
@@ -260,15 +285,18 @@ def main() -> int:
     parser.add_argument("--large-repeats", type=int, default=5)
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "gat.json")
     parser.add_argument("--threads", type=int, default=THREADS)
+    parser.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     parser.add_argument("--memory-child", choices=("pyg", "softmax", "bam-wc"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    global DEVICE
+    DEVICE = torch.device(args.device)
     if args.memory_child:
         large_memory_child(args.memory_child)
         return 0
     from graphattn.data import load_planetoid
     data = load_planetoid("Cora", args.data_root)
-    results = {"threads": args.threads, "layer": bench_layer(data, args.repeats)}
+    results = {"threads": args.threads, "device": str(DEVICE), "layer": bench_layer(data, args.repeats)}
     print("layer", json.dumps(results["layer"]), flush=True)
     results["train_step"] = bench_train_step(data, args.repeats)
     print("train_step", json.dumps(results["train_step"]), flush=True)
