@@ -24,6 +24,11 @@ from torch_geometric import EdgeIndex
 from torch_geometric.index import ptr2index
 
 
+#: dtypes with sparse CSR products and sampled products on CPU (MKL) and CUDA; others (float16,
+#: bfloat16) aggregate edge by edge.
+SPARSE_DTYPES = (torch.float32, torch.float64)
+
+
 @dataclass(frozen=True)
 class HeadPattern:
     """A ``heads``-interleaved CSR pattern: ``crow``, ``col``, for every non-zero the position
@@ -153,4 +158,13 @@ def attention_aggregate(alpha: Tensor, x: Tensor, csr: TargetCSR) -> Tensor:
     """
     if alpha.shape[0] == 0:
         return x.new_zeros(csr.num_dst, x.shape[1], x.shape[2])
+    if x.dtype not in SPARSE_DTYPES or alpha.dtype != x.dtype:
+        return _edge_by_edge(alpha, x, csr)
     return _HeadwiseSpMM.apply(alpha, x, csr)
+
+
+def _edge_by_edge(alpha: Tensor, x: Tensor, csr: TargetCSR) -> Tensor:
+    """PyG's way (gather, weight, scatter-add), for dtypes the sparse kernels lack."""
+    messages = alpha.unsqueeze(-1) * x.index_select(0, csr.src)
+    dst = ptr2index(csr.ptr, csr.src.numel())
+    return x.new_zeros(csr.num_dst, x.shape[1], x.shape[2]).index_add_(0, dst, messages.to(x.dtype))

@@ -38,6 +38,17 @@ def test_equals_edge_by_edge_with_gradients(num_src, num_dst, heads):
     assert torch.autograd.gradcheck(lambda a, v: attention_aggregate(a, v, csr), (alpha, x))
 
 
+def test_half_precision_aggregates_edge_by_edge():
+    edge_index, csr = sorted_graph(6, 6, 20)
+    alpha = torch.rand(20, 2, dtype=torch.bfloat16, requires_grad=True)
+    x = torch.randn(6, 2, 3, dtype=torch.bfloat16, requires_grad=True)
+    out = attention_aggregate(alpha, x, csr)
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out, edge_by_edge(alpha, x, edge_index, 6))
+    out.float().sum().backward()
+    assert alpha.grad is not None and x.grad is not None
+
+
 def test_no_edges_gives_zeros_and_patterns_are_built_once():
     _, csr = sorted_graph(4, 3, 0)
     out = attention_aggregate(torch.zeros(0, 2), torch.randn(4, 2, 5), csr)
