@@ -21,7 +21,7 @@ from typing import Dict, Optional, Tuple
 import torch
 from torch import Tensor
 from torch_geometric import EdgeIndex
-from torch_geometric.index import ptr2index
+from torch_geometric.index import index2ptr, ptr2index
 
 
 #: dtypes with sparse CSR products and sampled products on CPU (MKL) and CUDA; others (float16,
@@ -69,7 +69,7 @@ class HeadPattern:
         value_index = edges.index_select(0, edge).mul_(heads).add_(h)
         entry_index = None
         if with_entry_index:  # for edges in row order: the non-zero of (edge q, head h)
-            rows = torch.arange(num_rows, dtype=dtype, device=ptr.device).repeat_interleave(degree, output_size=num_edges)
+            rows = ptr2index(ptr, num_edges)
             first = ((heads - 1) * ptr[:-1]).index_select(0, rows) + torch.arange(num_edges, dtype=dtype, device=ptr.device)
             entry_index = (first.view(-1, 1) + head * degree.index_select(0, rows).view(-1, 1)).view(-1)
         return cls(crow, col, value_index, entry_index, (num_rows * heads, num_cols * heads))
@@ -112,7 +112,7 @@ class TargetCSR:
             edges = torch.arange(self.src.numel(), device=self.src.device)
             if transpose:
                 edges = torch.argsort(self.src, stable=True)
-                ptr = torch.cat([self.ptr.new_zeros(1), torch.bincount(self.src, minlength=self.num_src).cumsum(0)])
+                ptr = index2ptr(self.src.index_select(0, edges), self.num_src)
                 dst = ptr2index(self.ptr, self.src.numel())
                 self._patterns[key] = HeadPattern.build(ptr, dst.index_select(0, edges), edges, self.num_dst,
                                                         heads, with_entry_index=False)
