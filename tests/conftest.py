@@ -4,6 +4,9 @@
 shared data, see its README). Tests that use it are marked ``@pytest.mark.realdata``; they
 skip with the reason when the directory is absent, except under ``CI=true``, where a missing
 data root is a failure (CI must never silently skip the real-data tests).
+
+Without CUDA, ``TRITON_INTERPRET=1`` is set before any kernel module is imported, so the
+Triton kernels of ``common.attention.kernels`` run (slowly) in Triton's CPU interpreter.
 """
 from __future__ import annotations
 
@@ -11,6 +14,16 @@ import os
 from pathlib import Path
 
 import pytest
+
+# Triton kernels run in Triton's CPU interpreter when there is no GPU. Triton reads this when a
+# kernel module is imported, so it is set before any test imports one.
+try:
+    import torch as _torch
+
+    if not _torch.cuda.is_available():
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+except ImportError:  # pragma: no cover - torch is a requirement
+    pass
 
 
 @pytest.fixture
