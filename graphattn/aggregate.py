@@ -156,6 +156,9 @@ def attention_aggregate(alpha: Tensor, x: Tensor, csr: TargetCSR) -> Tensor:
     Returns:
         ``[num_dst, heads, channels]``.
     """
+    if torch.is_autocast_enabled(x.device.type):  # the inputs' dtypes choose the kernel, not autocast
+        with torch.autocast(x.device.type, enabled=False):
+            return attention_aggregate(alpha, x, csr)
     if alpha.shape[0] == 0:
         return x.new_zeros(csr.num_dst, x.shape[1], x.shape[2])
     if x.dtype not in SPARSE_DTYPES or alpha.dtype != x.dtype:

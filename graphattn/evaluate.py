@@ -23,6 +23,8 @@ from omegaconf import OmegaConf
 from common import attention
 from common.metrics import expected_calibration_error, mean_probabilities, pavpu_entropy, pavpu_ttest
 from common.utils import atomic_write_json, results_record, seed_everything
+from common.utils.cli import add_device_option
+from common.utils.runtime import DeviceError, Runtime
 
 from .data import PlanetoidDataError, load_planetoid
 from .train import build_model, evaluate_split, prepare_features, summarize
@@ -37,33 +39,39 @@ def evaluate_checkpoint(
     entropy_threshold: Optional[float] = None,
     seed: int = 0,
     data_cache: Optional[Dict] = None,
+    runtime: Optional[Runtime] = None,
 ) -> Dict:
     """Metrics of one ``seed<k>.pt`` checkpoint on its dataset's test split.
 
     ``entropy_threshold`` defaults to half the maximum entropy, ``log(num_classes) / 2``.
-    ``data_cache`` (a dict) keeps loaded datasets between calls.
+    ``data_cache`` (a dict) keeps loaded datasets between calls. The model runs on
+    ``runtime.device`` (default: the CPU), wherever the checkpoint was written.
     """
+    runtime = runtime or Runtime(torch.device("cpu"))
     checkpoint = torch.load(path, map_location="cpu", weights_only=False)
     cfg = OmegaConf.create(checkpoint["config"])
     data_cache = {} if data_cache is None else data_cache
     if cfg.dataset not in data_cache:
-        data_cache[cfg.dataset] = load_planetoid(cfg.dataset, data_root if data_root is not None else cfg.data_root)
+        root = data_root if data_root is not None else cfg.data_root
+        data_cache[cfg.dataset] = load_planetoid(cfg.dataset, root).to(runtime.device)
     data = data_cache[cfg.dataset]
     model = build_model(cfg, data.num_features, data.num_classes)
     model.load_state_dict(checkpoint["model_state"])
+    model.to(runtime.device)
     x = prepare_features(data, cfg)
     result = {"checkpoint": str(path), "dataset": cfg.dataset, "attention": cfg.attention.name,
               "seed": checkpoint["metrics"]["seed"],
-              "test": evaluate_split(model, x, data.edge_index, data.y, data.test_mask),
+              "test": evaluate_split(model, x, data.edge_index, data.y, data.test_mask, runtime),
               "stored_test_acc": checkpoint["metrics"]["test"]["acc"]}
     if mc_samples:
         if mc_samples < 2:
             raise ValueError("--mc-samples needs at least 2 samples for the t-test")
         seed_everything(seed)
         model.eval()
-        with torch.no_grad(), attention.mc_sampling(model, dropout=mc_dropout):
-            logits = torch.stack([model(x, data.edge_index)[data.test_mask] for _ in range(mc_samples)])
-        targets = data.y[data.test_mask]
+        with torch.no_grad(), attention.mc_sampling(model, dropout=mc_dropout), runtime.autocast():
+            logits = torch.stack([model(x, data.edge_index)[data.test_mask].float() for _ in range(mc_samples)])
+        logits = logits.cpu()
+        targets = data.y[data.test_mask].cpu()
         probs = mean_probabilities(logits)
         threshold = entropy_threshold if entropy_threshold is not None else math.log(data.num_classes) / 2
         result["mc"] = {
@@ -102,21 +110,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="seed of the Monte Carlo sampling")
     parser.add_argument("--out", type=Path, help="write the report JSON here")
     parser.add_argument("--threads", type=int, help="torch threads (default: torch's; 1 on a busy shared CPU)")
+    add_device_option(parser, default="auto")
     args = parser.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
     try:
+        runtime = Runtime.create(args.device, threads=args.threads)
         paths = checkpoints_in(args.checkpoint)
         reports, data_cache = [], {}
         for path in paths:
             report = evaluate_checkpoint(path, args.data_root, args.mc_samples, not args.no_mc_dropout,
-                                         args.p_threshold, args.entropy_threshold, args.seed, data_cache)
+                                         args.p_threshold, args.entropy_threshold, args.seed, data_cache, runtime)
             reports.append(report)
             mc = report.get("mc")
             print(f"{path}: test acc {100 * report['test']['acc']:.2f}"
                   + (f" | MC acc {100 * mc['acc']:.2f} PAvPU(t-test) {100 * mc['pavpu_ttest']:.2f} "
                      f"PAvPU(entropy) {100 * mc['pavpu_entropy']:.2f} ECE {100 * mc['ece']:.2f}" if mc else ""))
-    except (FileNotFoundError, PlanetoidDataError, ValueError) as err:
+    except (FileNotFoundError, PlanetoidDataError, DeviceError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     summary = {"test_acc": summarize([r["test"]["acc"] for r in reports])}

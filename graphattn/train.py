@@ -18,6 +18,10 @@ events (``tensorboard --logdir <out_dir>``). A rerun with the same config reuses
 already done, so an interrupted grid resumes; the curves of an unfinished seed are restarted.
 ``<out_dir>/results.json`` holds per-seed and mean +- std (sample std, ddof=1) test accuracy,
 the config and the library versions.
+
+``--device`` (default ``auto``: CUDA when available) and ``train.precision`` / ``train.compile``
+choose where and how the model computes (:mod:`common.utils.runtime`); the whole graph lives on
+the device. A seed trained on one device is reused on another.
 """
 from __future__ import annotations
 
@@ -26,6 +30,7 @@ import math
 import sys
 import time
 import warnings
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
@@ -39,6 +44,7 @@ from tqdm.auto import tqdm
 from common import attention
 from common.utils import MetricsLogger, atomic_save, atomic_write_json, results_record, seed_everything
 from common.utils.cli import overrides_from, training_parser
+from common.utils.runtime import DeviceError, Runtime
 
 from .config import load_config, to_dict
 from .data import PlanetoidDataError, load_planetoid
@@ -65,25 +71,33 @@ def kl_schedule(cfg: DictConfig) -> attention.KLSchedule:
                                 rate=cfg.kl.rate, offset=cfg.kl.offset)
 
 
+def runtime_of(cfg: DictConfig) -> Runtime:
+    """Device, precision and compilation of a run (``--device``, ``train.precision``, ``train.compile``)."""
+    return Runtime.create(cfg.device, cfg.train.precision, cfg.train.compile, threads=cfg.train.num_threads)
+
+
 @torch.no_grad()
-def evaluate_split(model: GAT, x, edge_index, y, mask) -> Dict[str, float]:
+def evaluate_split(model: GAT, x, edge_index, y, mask, runtime: Optional[Runtime] = None) -> Dict[str, float]:
     """Cross-entropy and accuracy on ``mask`` with the model in eval mode (posterior mean)."""
     model.eval()
-    logits = model(x, edge_index)[mask]
+    with runtime.autocast() if runtime is not None else nullcontext():
+        logits = model(x, edge_index)[mask].float()
     return {"loss": float(F.cross_entropy(logits, y[mask])),
             "acc": float((logits.argmax(-1) == y[mask]).float().mean())}
 
 
 def train_seed(cfg: DictConfig, data: Data, seed: int, progress: bool = True,
-               logger: Optional[MetricsLogger] = None) -> Dict:
+               logger: Optional[MetricsLogger] = None, runtime: Optional[Runtime] = None) -> Dict:
     """Train one model from ``seed`` with early stopping; returns its checkpoint dict.
 
-    ``logger`` (if given) receives the per-epoch metrics, which the checkpoint's ``history``
-    also holds.
+    ``data`` lives on ``runtime.device`` (default: the CPU in fp32). ``logger`` (if given)
+    receives the per-epoch metrics, which the checkpoint's ``history`` also holds.
     """
+    runtime = runtime or Runtime(torch.device("cpu"))
     seed_everything(seed, deterministic=cfg.train.deterministic)
     x, edge_index, y = prepare_features(data, cfg), data.edge_index, data.y
-    model = build_model(cfg, data.num_features, data.num_classes)
+    model = build_model(cfg, data.num_features, data.num_classes).to(runtime.device)
+    forward = runtime.compile(model)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay)
     schedule = kl_schedule(cfg)
     collect_kl = cfg.kl.weight > 0
@@ -95,20 +109,16 @@ def train_seed(cfg: DictConfig, data: Data, seed: int, progress: bool = True,
     for epoch in bar:
         model.train()
         optimizer.zero_grad(set_to_none=True)
-        if collect_kl:
-            with attention.aux_losses() as aux:
-                logits = model(x, edge_index)
-            kl_weight, kl = schedule(epoch), aux.total()
-        else:  # no collector: the BAM layers skip the KL entirely
-            logits = model(x, edge_index)
-            kl_weight, kl = 0.0, torch.zeros(())
-        train_logits = logits[data.train_mask]
+        with runtime.autocast(), attention.aux_losses() if collect_kl else nullcontext() as aux:
+            # without a collector the BAM layers skip the KL entirely
+            logits = forward(x, edge_index)
+        kl_weight, kl = (schedule(epoch), aux.total()) if collect_kl else (0.0, torch.zeros((), device=x.device))
+        train_logits = logits[data.train_mask].float()
         ce = F.cross_entropy(train_logits, y[data.train_mask])
         loss = ce + kl_weight * kl
-        loss.backward()
-        optimizer.step()
+        runtime.backward_step(loss, optimizer)
 
-        val = evaluate_split(model, x, edge_index, y, data.val_mask)
+        val = evaluate_split(forward, x, edge_index, y, data.val_mask, runtime)
         row = {"train/loss": loss.item(), "train/ce": ce.item(),
                "train/acc": (train_logits.argmax(-1) == y[data.train_mask]).float().mean().item(),
                "train/kl": kl.item(), "train/kl_weight": kl_weight, "val/loss": val["loss"], "val/acc": val["acc"]}
@@ -131,8 +141,8 @@ def train_seed(cfg: DictConfig, data: Data, seed: int, progress: bool = True,
     model.load_state_dict(best_state)
     metrics = {
         "seed": seed, "epochs": epoch + 1, "best_epoch": best_epoch,
-        "val": evaluate_split(model, x, edge_index, y, data.val_mask),
-        "test": evaluate_split(model, x, edge_index, y, data.test_mask),
+        "val": evaluate_split(forward, x, edge_index, y, data.val_mask, runtime),
+        "test": evaluate_split(forward, x, edge_index, y, data.test_mask, runtime),
     }
     return {"model_state": best_state, "config": to_dict(cfg), "metrics": metrics, "history": history}
 
@@ -149,10 +159,9 @@ def default_out_dir(cfg: DictConfig) -> Path:
 
 def run(cfg: DictConfig, progress: bool = True, data: Optional[Data] = None) -> Dict:
     """Train every seed of ``cfg`` (reusing finished seeds) and write ``results.json``."""
-    if cfg.train.num_threads:
-        torch.set_num_threads(cfg.train.num_threads)
+    runtime = runtime_of(cfg)
     out_dir = default_out_dir(cfg)
-    data = data if data is not None else load_planetoid(cfg.dataset, cfg.data_root)
+    data = (data if data is not None else load_planetoid(cfg.dataset, cfg.data_root)).to(runtime.device)
     config = to_dict(cfg)
     seeds = list(range(cfg.first_seed, cfg.first_seed + cfg.seeds))
     per_seed: List[Dict] = []
@@ -169,7 +178,7 @@ def run(cfg: DictConfig, progress: bool = True, data: Optional[Data] = None) -> 
         log_dir = out_dir / f"seed{seed}"
         _clear_curves(log_dir)  # an interrupted earlier attempt at this seed
         with MetricsLogger(log_dir) as logger:
-            checkpoint = train_seed(cfg, data, seed, progress, logger)
+            checkpoint = train_seed(cfg, data, seed, progress, logger, runtime)
         atomic_save(checkpoint, path)
         per_seed.append(checkpoint["metrics"])
     results = results_record(
@@ -179,7 +188,7 @@ def run(cfg: DictConfig, progress: bool = True, data: Optional[Data] = None) -> 
                   "per_seed": [100 * m["test"]["acc"] for m in per_seed]},
         val_acc={**summarize([m["val"]["acc"] for m in per_seed]),
                  "per_seed": [100 * m["val"]["acc"] for m in per_seed]},
-        epochs=[m["epochs"] for m in per_seed],
+        epochs=[m["epochs"] for m in per_seed], runtime=runtime.describe(),
         wall_seconds_this_run=time.perf_counter() - start,  # reused seeds cost ~0
         checkpoints=[str(out_dir / f"seed{s}.pt") for s in seeds],
     )
@@ -195,10 +204,11 @@ def _clear_curves(log_dir: Path) -> None:
 
 
 def _comparable(config: Dict) -> Dict:
-    """The parts of a config that change what a seed trains (not where files go, how many seeds
-    or how many threads)."""
-    kept = {k: v for k, v in config.items() if k not in ("data_root", "out_dir", "seeds", "first_seed")}
-    kept["train"] = {k: v for k, v in kept["train"].items() if k != "num_threads"}
+    """The parts of a config that change what a seed trains (not where files go, how many seeds,
+    the device, threads or compilation)."""
+    kept = {k: v for k, v in config.items() if k not in ("data_root", "out_dir", "seeds", "first_seed", "device")}
+    kept["train"] = {k: v for k, v in kept["train"].items() if k not in ("num_threads", "compile")}
+    kept["train"].setdefault("precision", "fp32")  # seeds trained before the key existed ran in fp32
     return kept
 
 
@@ -218,7 +228,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         cfg = load_config(args.dataset, args.attention, overrides, args.config)
         results = run(cfg, progress=not args.no_progress)
-    except (PlanetoidDataError, ValueError) as err:
+    except (PlanetoidDataError, DeviceError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     acc = results["test_acc"]

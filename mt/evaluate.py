@@ -10,13 +10,16 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Dict, Optional, Sequence
 
 import torch
 
 from common.utils import atomic_write_json, default_data_root, results_record
+from common.utils.cli import add_device_option
 from common.utils.paths import DATA_ROOT_ENV
+from common.utils.runtime import DeviceError, Runtime
 
 from .bleu import detokenised_bleu, tokenised_bleu
 from .data import DataError, Prepared, load_split
@@ -27,16 +30,18 @@ from .translation import ids_to_text, translate_ids
 
 def bleu_on_split(model, prepared: Prepared, split: str, beam: int, length_penalty: float, max_len_a: float,
                   max_len_b: int, batch_size: int, limit: Optional[int] = None, detok: bool = True,
-                  progress: bool = False) -> Dict[str, object]:
-    """Translate ``split`` (its first ``limit`` sentences) and score it; hypotheses included."""
+                  progress: bool = False, runtime: Optional[Runtime] = None) -> Dict[str, object]:
+    """Translate ``split`` (its first ``limit`` sentences) with ``model`` (on its device, under the
+    ``runtime``'s precision) and score it; hypotheses included."""
     data = load_split(prepared, split)
     refs_tok = prepared.lines(split, "tok", "tgt")
     sources = data.src[:limit] if limit else data.src
     refs_tok = refs_tok[: len(sources)]
     start = time.perf_counter()
-    ids = translate_ids(model, sources, prepared.src_vocab.pad, prepared.tgt_vocab, beam_size=beam,
-                        length_penalty=length_penalty, max_len_a=max_len_a, max_len_b=max_len_b,
-                        batch_size=batch_size, progress=progress)
+    with runtime.autocast() if runtime is not None else nullcontext():
+        ids = translate_ids(model, sources, prepared.src_vocab.pad, prepared.tgt_vocab, beam_size=beam,
+                            length_penalty=length_penalty, max_len_a=max_len_a, max_len_b=max_len_b,
+                            batch_size=batch_size, progress=progress)
     seconds = time.perf_counter() - start
     hyps = ids_to_text(ids, prepared.tgt_vocab)
     result: Dict[str, object] = {"split": split, "sentences": len(hyps), "bleu": tokenised_bleu(hyps, refs_tok),
@@ -61,15 +66,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help="score the weights of this checkpoint file (e.g. <run>/checkpoints/step_346.pt)")
     parser.add_argument("--data-root", default=None, help=f"data root (default: ${DATA_ROOT_ENV})")
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32",
+                        help="autocast precision of decoding (default fp32)")
+    add_device_option(parser, default="auto")
     args = parser.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
     try:
+        runtime = Runtime.create(args.device, args.precision, threads=args.threads)
         files = RunFiles(args.run_dir)
         cfg = files.config()
-        model = load_model(files, average_last=args.average, checkpoint=args.checkpoint)
+        model = load_model(files, average_last=args.average, checkpoint=args.checkpoint).to(runtime.device)
         prepared = files.prepared(default_data_root(args.data_root))
-    except (DataError, FileNotFoundError, ValueError) as err:
+    except (DataError, DeviceError, FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     beam = args.beam or cfg["eval"]["beam"]
@@ -77,7 +84,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for split in args.split or cfg["data"]["test_splits"]:
         try:
             result = bleu_on_split(model, prepared, split, beam, lp, cfg["eval"]["max_len_a"],
-                                   cfg["eval"]["max_len_b"], cfg["eval"]["batch_sentences"], progress=True)
+                                   cfg["eval"]["max_len_b"], cfg["eval"]["batch_sentences"], progress=True,
+                                   runtime=runtime)
         except DataError as err:
             print(f"error: {err}", file=sys.stderr)
             return 2
@@ -85,7 +93,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         name = f"eval_{split}{weights}_beam{beam}"
         write_lines(files.dir / f"{name}.hyp.txt", result.pop("hypotheses"))
         atomic_write_json(files.dir / f"{name}.json", results_record(
-            cfg, **result, beam=beam, length_penalty=lp, average_last=args.average,
+            cfg, **result, beam=beam, length_penalty=lp, average_last=args.average, runtime=runtime.describe(),
             checkpoint=str(args.checkpoint) if args.checkpoint else None))
         print(f"{split}: BLEU {result['bleu']:.2f} (tokenised, lowercased) | SacreBLEU {result['sacrebleu']:.2f} "
               f"{result['sacrebleu_signature']} | {result['sentences_per_second']:.1f} sentences/s")

@@ -11,6 +11,17 @@ each epoch) the run validates (perplexity, greedy BLEU), writes a resumable chec
 keeps ``best.pt``. Rerunning the same command resumes from the newest checkpoint, with the
 same batches. At the end the best (or checkpoint-averaged) model is scored with beam search
 on the test splits; ``results.json`` and ``curves.png`` go to the run directory.
+
+``--device``, ``train.precision`` and ``train.compile`` choose where and how it computes
+(:mod:`common.utils.runtime`); a checkpoint resumes on any device. Several GPUs::
+
+    torchrun --nproc_per_node 4 -m mt.train --preset transformer-base
+
+deals each epoch's token-budget batches to the processes in rounds of ``N *
+batching.update_freq`` batches (every batch exactly once; a process left without a batch in
+the last round contributes zero), and every update is the mean token loss over the round's
+batches together: N processes follow one process with ``update_freq`` N times larger. Only the
+first process validates, checkpoints and writes files.
 """
 from __future__ import annotations
 
@@ -19,8 +30,9 @@ import math
 import shutil
 import sys
 import time
+from contextlib import nullcontext
 from pathlib import Path
-from typing import Dict, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -32,8 +44,11 @@ from common.utils import (Checkpointer, MetricsLogger, atomic_save, atomic_write
                           read_metrics, results_record, seed_everything)
 from common.utils.cli import overrides_from, training_parser
 from common.utils.config import check_resumable
+from common.utils.distributed import (all_reduce_sum, barrier, broadcast_objects, cleanup, round_robin,
+                                      wrap_model)
+from common.utils.runtime import DeviceError, Runtime
 
-from .batching import Batch, iterate_batches, token_batches
+from .batching import Batch, collate, iterate_batches, token_batches
 from .config import load_config, to_dict
 from .data import DataError, ParallelData, Prepared, ensure_prepared, load_split
 from .evaluate import bleu_on_split
@@ -42,8 +57,9 @@ from .run import RunFiles, load_model, new_model
 from .text import write_lines
 
 #: Config keys that may change between a run and its resumption (where files go, stopping, speed, evaluation).
-RESUMABLE_KEYS = ("data_root", "prepared_dir", "out_dir", "train.max_steps", "train.max_epochs", "train.patience",
-                  "train.threads", "train.log_every", "train.progress", "train.average_last", "eval")
+RESUMABLE_KEYS = ("data_root", "prepared_dir", "out_dir", "device", "train.max_steps", "train.max_epochs",
+                  "train.patience", "train.threads", "train.precision", "train.compile", "train.log_every",
+                  "train.progress", "train.average_last", "eval")
 
 
 class LRSchedule:
@@ -85,25 +101,39 @@ class LRSchedule:
         self.scale, self.last_ppl, self.validations = state["scale"], state["last_ppl"], state["validations"]
 
 
-def batch_loss(model, batch: Batch, pad: int, label_smoothing: float, kl_weight: float) -> Dict[str, torch.Tensor]:
-    """Per-token label-smoothed CE (+ weighted KL) and the token count."""
+def batch_loss(model, batch: Batch, pad: int, label_smoothing: float, kl_weight: float,
+               total_tokens: Optional[int] = None, replicas: int = 1) -> Dict[str, torch.Tensor]:
+    """Label-smoothed CE (+ weighted KL) of ``batch``, as its share of an update's mean token loss.
+
+    Alone (``total_tokens`` None) the loss is the batch's mean CE per target token plus the
+    weighted KL. In a round of ``replicas`` data-parallel batches with ``total_tokens`` target
+    tokens together, it is ``replicas * (CE sum + weight * KL * tokens) / total_tokens``, so that
+    DDP's gradient mean over the replicas is the gradient of the round's mean token loss.
+    """
     with attention.aux_losses() as aux:
         logits = model(batch.src, batch.src_mask, batch.tgt_in)
-    ce = F.cross_entropy(logits.flatten(0, 1).float(), batch.tgt_out.flatten(), ignore_index=pad,
-                         label_smoothing=label_smoothing)
+    tokens = batch.tgt_out.ne(pad).sum()
+    ce_sum = F.cross_entropy(logits.flatten(0, 1).float(), batch.tgt_out.flatten(), ignore_index=pad,
+                             label_smoothing=label_smoothing, reduction="sum")
     kl = aux.total()
-    return {"loss": ce + kl_weight * kl, "ce": ce, "kl": kl, "tokens": batch.tgt_out.ne(pad).sum()}
+    total = tokens if total_tokens is None else total_tokens
+    loss = (ce_sum + kl_weight * kl * tokens) * (replicas / max(int(total), 1))
+    return {"loss": loss, "ce_sum": ce_sum, "kl": kl, "tokens": tokens}
 
 
 @torch.no_grad()
-def validation_loss(model, data: ParallelData, src_pad: int, tgt_pad: int, max_tokens: int) -> float:
+def validation_loss(model, data: ParallelData, src_pad: int, tgt_pad: int, max_tokens: int,
+                    runtime: Optional[Runtime] = None) -> float:
     """Mean cross-entropy per target token (no smoothing, posterior-mean attention)."""
+    runtime = runtime or Runtime(torch.device("cpu"))
     was_training = model.training
     model.eval()
     total, tokens = 0.0, 0
     for batch in iterate_batches(data, token_batches(data.src_lengths, data.tgt_lengths, max_tokens, shuffle=False),
                                  src_pad, tgt_pad):
-        logits = model(batch.src, batch.src_mask, batch.tgt_in)
+        batch = runtime.to_device(batch)
+        with runtime.autocast():
+            logits = model(batch.src, batch.src_mask, batch.tgt_in)
         total += float(F.cross_entropy(logits.flatten(0, 1).float(), batch.tgt_out.flatten(), ignore_index=tgt_pad,
                                        reduction="sum"))
         tokens += int(batch.tgt_out.ne(tgt_pad).sum())
@@ -114,18 +144,26 @@ def validation_loss(model, data: ParallelData, src_pad: int, tgt_pad: int, max_t
 class Trainer:
     """State of one run: data, model, optimiser, schedule, checkpoints and metrics."""
 
-    def __init__(self, cfg: DictConfig, out_dir: Path, data_root: Path):
+    def __init__(self, cfg: DictConfig, out_dir: Path, data_root: Path, runtime: Optional[Runtime] = None):
         self.cfg, self.out_dir = cfg, out_dir
+        self.runtime = runtime = runtime or Runtime(torch.device("cpu"))
+        self.env = runtime.env
         seed_everything(cfg.seed)
-        if cfg.train.threads:
-            torch.set_num_threads(cfg.train.threads)
-        self.prepared: Prepared = ensure_prepared(cfg.dataset, data_root, cfg.prepared_dir, cfg.data.num_merges,
-                                                  progress=lambda m: print(m, file=sys.stderr))
+        for turn in ("main", "others"):  # the main process tokenises and caches; the others then read the cache
+            if (turn == "main") == self.env.is_main:
+                self.prepared: Prepared = ensure_prepared(cfg.dataset, data_root, cfg.prepared_dir,
+                                                          cfg.data.num_merges,
+                                                          progress=lambda m: print(m, file=sys.stderr))
+            barrier(self.env)
         self.src_pad, self.tgt_pad = self.prepared.src_vocab.pad, self.prepared.tgt_vocab.pad
         self.train_data = load_split(self.prepared, cfg.data.train_split, cfg.data.max_len)
         self.valid_data = load_split(self.prepared, cfg.data.valid_split)
-        self._write_run_files()
-        self.model = new_model(to_dict(cfg), self.prepared.src_vocab, self.prepared.tgt_vocab)
+        if self.env.is_main:
+            self._write_run_files()
+        barrier(self.env)
+        self.model = new_model(to_dict(cfg), self.prepared.src_vocab, self.prepared.tgt_vocab).to(runtime.device)
+        self.ddp = wrap_model(self.model, self.env)  # the model itself when there is one process
+        self.forward = runtime.compile(self.ddp)
         o = cfg.optim
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=o.lr, betas=tuple(o.betas), eps=o.eps,
                                           weight_decay=o.weight_decay)
@@ -134,13 +172,15 @@ class Trainer:
         self.kl = attention.KLSchedule(weight=cfg.kl.weight, kind=cfg.kl.schedule, warmup=cfg.kl.warmup,
                                        rate=cfg.kl.rate, offset=cfg.kl.offset)
         self.checkpointer = Checkpointer(out_dir, keep=cfg.train.keep_checkpoints)
-        state = self.checkpointer.load_latest(self.model, self.optimizer, self.schedule)
+        state = self.checkpointer.load_latest(self.model, self.optimizer, self.schedule,
+                                              map_location=runtime.device, scaler=runtime.scaler)
         self.progress = {"step": 0, "epoch": 0, "batch": 0, "best": None, "best_step": None, "bad": 0,
                          "train_seconds": 0.0, "done": False}
         if state is not None:
             self.progress.update(state["extra"])
-            print(f"resuming {out_dir} from update {self.progress['step']} (epoch {self.progress['epoch']}, "
-                  f"batch {self.progress['batch']})", file=sys.stderr)
+            if self.env.is_main:
+                print(f"resuming {out_dir} from update {self.progress['step']} (epoch {self.progress['epoch']}, "
+                      f"batch {self.progress['batch']})", file=sys.stderr)
 
     def _write_run_files(self) -> None:
         self.out_dir.mkdir(parents=True, exist_ok=True)
@@ -156,7 +196,7 @@ class Trainer:
     # ------------------------------------------------------------------ loop ----
     def run(self) -> None:
         cfg, p = self.cfg.train, self.progress
-        logger = MetricsLogger(self.out_dir)
+        logger = MetricsLogger(self.out_dir, enabled=self.env.is_main)
         self.model.train()
         try:
             while not p["done"] and p["epoch"] < cfg.max_epochs and p["step"] < cfg.max_steps:
@@ -165,38 +205,65 @@ class Trainer:
         finally:
             logger.close()
 
+    def _collate(self, indices: List[int]) -> Batch:
+        return collate(self.train_data.src, self.train_data.tgt, indices, self.src_pad, self.tgt_pad)
+
+    def _update(self, batches: List[Batch], kl_weight: float, fallback: List[int]) -> List[Dict[str, torch.Tensor]]:
+        """One optimiser update on this process's ``batches`` of the round; their losses.
+
+        Gradients accumulate over the batches (DDP synchronises on the last one only). A process
+        left without a batch in the last round runs the ``fallback`` batch weighted zero, so that
+        DDP's gradient all-reduce still meets and no sentence counts twice.
+        """
+        cfg, runtime, env = self.cfg, self.runtime, self.env
+        tokens = sum(int(batch.tgt_out.ne(self.tgt_pad).sum()) for batch in batches)
+        total = int(all_reduce_sum(torch.tensor(tokens, device=runtime.device), env)) if env.distributed else tokens
+        weight = 1.0
+        if not batches:
+            batches, weight = [self._collate(fallback)], 0.0
+        self.optimizer.zero_grad(set_to_none=True)
+        outs = []
+        for i, batch in enumerate(batches):
+            synchronised = i == len(batches) - 1 or not env.distributed
+            with nullcontext() if synchronised else self.ddp.no_sync():
+                with runtime.autocast():
+                    out = batch_loss(self.forward, runtime.to_device(batch), self.tgt_pad,
+                                     cfg.optim.label_smoothing, kl_weight, total, env.world_size)
+                out = {key: value * weight for key, value in out.items()}
+                runtime.backward(out["loss"])
+            outs.append(out)
+        clip = None
+        if cfg.optim.clip_norm > 0:
+            clip = lambda: torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.optim.clip_norm)  # noqa: E731
+        runtime.step(self.optimizer, clip)
+        attention.clamp_spans(self.model)
+        return outs
+
     def _epoch(self, logger: MetricsLogger) -> None:
-        cfg, p = self.cfg, self.progress
+        cfg, p, env = self.cfg, self.progress, self.env
         batches = token_batches(self.train_data.src_lengths, self.train_data.tgt_lengths, cfg.batching.max_tokens,
                                 cfg.batching.max_sentences, shuffle=True, seed=cfg.seed, epoch=p["epoch"])
         bar = tqdm(total=len(batches), initial=p["batch"], desc=f"epoch {p['epoch'] + 1}",
-                   disable=not cfg.train.progress, leave=False)
-        window = {"loss": 0.0, "ce": 0.0, "kl": 0.0, "tokens": 0, "n": 0}
+                   disable=not (cfg.train.progress and env.is_main), leave=False)
+        window = {"ce_sum": 0.0, "weighted_kl": 0.0, "kl": 0.0, "tokens": 0}
         tick = time.perf_counter()
-        for batch in iterate_batches(self.train_data, batches, self.src_pad, self.tgt_pad, start=p["batch"]):
+        for position, mine in round_robin(batches, env, start=p["batch"], per_process=cfg.batching.update_freq):
             p["step"] += 1
-            p["batch"] += 1
+            bar.update(position - p["batch"])
+            p["batch"] = position
             lr = self.schedule.before_update(p["step"])
             kl_weight = self.kl(p["step"])
-            out = batch_loss(self.model, batch, self.tgt_pad, cfg.optim.label_smoothing, kl_weight)
-            self.optimizer.zero_grad(set_to_none=True)
-            out["loss"].backward()
-            if cfg.optim.clip_norm > 0:
-                torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.optim.clip_norm)
-            self.optimizer.step()
-            attention.clamp_spans(self.model)
-            for key in ("loss", "ce", "kl"):
-                window[key] += float(out[key].detach())
-            window["tokens"] += int(out["tokens"])
-            window["n"] += 1
-            bar.update(1)
+            for out in self._update([self._collate(indices) for indices in mine], kl_weight,
+                                    fallback=batches[position - 1]):
+                tokens = int(out["tokens"])
+                window["ce_sum"] += float(out["ce_sum"].detach())
+                window["weighted_kl"] += kl_weight * float(out["kl"].detach()) * tokens
+                window["kl"] += float(out["kl"].detach()) * tokens
+                window["tokens"] += tokens
             if p["step"] % cfg.train.log_every == 0:
                 now = time.perf_counter()
                 p["train_seconds"] += now - tick
-                logger.log(p["step"], **{f"train/{k}": window[k] / window["n"] for k in ("loss", "ce", "kl")},
-                           lr=lr, kl_weight=kl_weight, tokens_per_second=window["tokens"] / (now - tick),
-                           epoch=p["epoch"], train_seconds=p["train_seconds"])
-                bar.set_postfix(loss=f"{window['loss'] / window['n']:.3f}", lr=f"{lr:.2e}")
+                self._log_window(logger, window, lr, kl_weight, now - tick)
                 window = {k: 0 for k in window}
                 tick = now
             if cfg.train.eval_every and p["step"] % cfg.train.eval_every == 0:
@@ -215,14 +282,36 @@ class Trainer:
         elif p["step"] >= cfg.train.max_steps and p["step"] % (cfg.train.eval_every or 1) != 0:
             self._validate(logger)
 
+    def _log_window(self, logger: MetricsLogger, window: dict, lr: float, kl_weight: float, seconds: float) -> None:
+        """Log the training loss, CE and KL per target token since the last log, over every process."""
+        keys = ("ce_sum", "weighted_kl", "kl", "tokens")
+        sums = all_reduce_sum(torch.tensor([float(window[k]) for k in keys], dtype=torch.float64,
+                                           device=self.runtime.device), self.env).tolist()
+        ce_sum, weighted_kl, kl, tokens = sums
+        tokens_or_one = max(tokens, 1.0)
+        p = self.progress
+        logger.log(p["step"], **{"train/loss": (ce_sum + weighted_kl) / tokens_or_one,
+                                 "train/ce": ce_sum / tokens_or_one, "train/kl": kl / tokens_or_one},
+                   lr=lr, kl_weight=kl_weight, tokens_per_second=tokens / seconds, epoch=p["epoch"],
+                   train_seconds=p["train_seconds"])
+
     def _validate(self, logger: MetricsLogger) -> None:
-        cfg, p = self.cfg, self.progress
+        """Validate and checkpoint on the main process; every process then shares its decisions."""
+        p = self.progress
+        if self.env.is_main:
+            self._validate_main(logger)
+        p.update(broadcast_objects([p], self.env)[0])
+        self.schedule.load_state_dict(broadcast_objects([self.schedule.state_dict()], self.env)[0])
+
+    def _validate_main(self, logger: MetricsLogger) -> None:
+        cfg, p, runtime = self.cfg, self.progress, self.runtime
         start = time.perf_counter()
-        loss = validation_loss(self.model, self.valid_data, self.src_pad, self.tgt_pad, cfg.batching.max_tokens)
+        loss = validation_loss(self.model, self.valid_data, self.src_pad, self.tgt_pad, cfg.batching.max_tokens,
+                               runtime)
         bleu = bleu_on_split(self.model, self.prepared, cfg.data.valid_split, beam=1, length_penalty=1.0,
                              max_len_a=cfg.eval.max_len_a, max_len_b=cfg.eval.max_len_b,
                              batch_size=cfg.eval.batch_sentences, limit=cfg.eval.valid_bleu_sentences,
-                             detok=False)["bleu"]
+                             detok=False, runtime=runtime)["bleu"]
         ppl = math.exp(min(loss, 50.0))
         self.schedule.after_validation(ppl)
         metric = bleu if cfg.train.select == "bleu" else -loss
@@ -240,19 +329,20 @@ class Trainer:
         print(f"update {p['step']} epoch {p['epoch']}: val ppl {ppl:.2f} greedy BLEU {bleu:.2f}"
               f"{' (best)' if improved else ''} | lr {self.schedule.lr(max(p['step'], 1)):.2e} | "
               f"{p['train_seconds']:.0f}s training", file=sys.stderr)
-        self.checkpointer.save(p["step"], self.model, self.optimizer, self.schedule, extra=dict(p))
+        self.checkpointer.save(p["step"], self.model, self.optimizer, self.schedule, extra=dict(p),
+                               scaler=self.runtime.scaler)
 
 
 def finish(trainer: Trainer, data_root: Path) -> dict:
     """Score the selected (or averaged) model on the validation and test splits; write results."""
-    cfg, files = trainer.cfg, RunFiles(trainer.out_dir)
+    cfg, files, runtime = trainer.cfg, RunFiles(trainer.out_dir), trainer.runtime
     average = cfg.train.average_last if cfg.train.average_last > 1 else None
-    model = load_model(files, average_last=average)
+    model = load_model(files, average_last=average).to(runtime.device)
     e = cfg.eval
     splits = {}
     for split in [cfg.data.valid_split, *cfg.data.test_splits]:
         result = bleu_on_split(model, trainer.prepared, split, e.beam, e.length_penalty, e.max_len_a, e.max_len_b,
-                               e.batch_sentences, progress=cfg.train.progress)
+                               e.batch_sentences, progress=cfg.train.progress, runtime=runtime)
         hyps = result.pop("hypotheses")
         write_lines(trainer.out_dir / f"{split}.hyp.txt", hyps)
         splits[split] = result
@@ -264,7 +354,7 @@ def finish(trainer: Trainer, data_root: Path) -> dict:
     record = results_record(to_dict(cfg), splits=splits, best_step=p["best_step"], updates=p["step"],
                             epochs=p["epoch"], train_seconds=p["train_seconds"], model=average and f"average of "
                             f"last {average} checkpoints" or "best.pt", curves=curves.name,
-                            parameters=sum(t.numel() for t in model.parameters()))
+                            parameters=sum(t.numel() for t in model.parameters()), runtime=runtime.describe())
     atomic_write_json(trainer.out_dir / "results.json", record)
     return record
 
@@ -282,13 +372,23 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                           args.config)
         data_root = default_data_root(cfg.data_root)
         out_dir = Path(cfg.out_dir or Path("runs") / "mt" / cfg.dataset / args.preset)
-        trainer = Trainer(cfg, out_dir, data_root)
+        runtime = Runtime.create(cfg.device, cfg.train.precision, cfg.train.compile, threads=cfg.train.threads,
+                                 distributed=True)
+    except (DataError, DeviceError, FileNotFoundError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    try:
+        trainer = Trainer(cfg, out_dir, data_root, runtime)
         trainer.run()
-        finish(trainer, data_root)
+        if runtime.env.is_main:
+            finish(trainer, data_root)
     except (DataError, FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    print(f"results: {out_dir / 'results.json'}", file=sys.stderr)
+    finally:
+        cleanup(runtime.env)
+    if runtime.env.is_main:
+        print(f"results: {out_dir / 'results.json'}", file=sys.stderr)
     return 0
 
 

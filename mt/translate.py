@@ -14,6 +14,9 @@ from typing import List, Optional, Sequence
 
 import torch
 
+from common.utils.cli import add_device_option
+from common.utils.runtime import DeviceError, Runtime
+
 from .bpe import remove_bpe
 from .data import DataError, corpus
 from .run import RunFiles, load_model
@@ -23,10 +26,10 @@ from .translation import ids_to_text, translate_ids
 
 def translate_lines(files: RunFiles, lines: Sequence[str], beam: int, length_penalty: float,
                     pretokenised: bool = False, tokenised_output: bool = False, average: Optional[int] = None,
-                    batch_size: int = 64) -> List[str]:
+                    batch_size: int = 64, device: Optional[torch.device] = None) -> List[str]:
     cfg = files.config()
     src_vocab, tgt_vocab = files.vocabs()
-    model = load_model(files, average_last=average)
+    model = load_model(files, average_last=average).to(device or torch.device("cpu"))
     bpe = files.bpe()
     pre = None if pretokenised else MosesPreprocessor(_lang(files, "src"), normalize_punctuation=True)
     units = [bpe(pre(line) if pre else line.strip()) for line in lines]
@@ -54,15 +57,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--pretokenised", action="store_true", help="input is already Moses-tokenised, lowercased")
     parser.add_argument("--tokenised-output", action="store_true", help="print tokenised (not detokenised) text")
     parser.add_argument("--threads", type=int, default=None)
+    add_device_option(parser, default="auto")
     args = parser.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    lines = sys.stdin.read().splitlines()
     try:
+        runtime = Runtime.create(args.device, threads=args.threads)
+        lines = sys.stdin.read().splitlines()
         files = RunFiles(args.run_dir)
         out = translate_lines(files, lines, args.beam, args.length_penalty, args.pretokenised,
-                              args.tokenised_output, args.average)
-    except (DataError, FileNotFoundError, ValueError) as err:
+                              args.tokenised_output, args.average, device=runtime.device)
+    except (DataError, DeviceError, FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     sys.stdout.write("".join(line + "\n" for line in out))

@@ -11,6 +11,10 @@ layout (see :mod:`common.attention.groups`)::
 ``[..., heads, keys, key_dim]``; edge-wise keys are ``[num_edges, heads, key_dim]``, or
 per node ``[num_nodes, heads, key_dim]`` together with ``key_index`` (the source node of
 each edge), which avoids materialising per-edge key features.
+
+Under mixed precision (``torch.autocast``, or half-precision scores) every normalizer computes
+in float32: its softmax, its noise, its prior network and its KL, with autocast off inside;
+the weights come back in the dtype of ``scores`` and auxiliary losses stay float32.
 """
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ from abc import ABC, abstractmethod
 from contextlib import contextmanager
 from typing import Iterator, Optional
 
+import torch
 from torch import Tensor, nn
 
 from .groups import make_groups
@@ -50,11 +55,26 @@ class Normalizer(nn.Module, ABC):
         ptr: Optional[Tensor] = None,
     ) -> Tensor:
         groups = make_groups(scores, mask, index, num_nodes, ptr)
-        return self.normalize(scores, groups, keys=keys, key_index=key_index)
+        device = scores.device.type
+        if not (scores.dtype in _HALF or torch.is_autocast_enabled(device)):
+            return self.normalize(scores, groups, keys=keys, key_index=key_index)
+        with torch.autocast(device, enabled=False):
+            weights = self.normalize(_float(scores), groups, keys=_float(keys), key_index=key_index)
+        return weights.to(scores.dtype)
 
     @abstractmethod
     def normalize(self, scores: Tensor, groups, keys=None, key_index=None) -> Tensor:
         """Weights for ``scores`` in the layout described by ``groups``."""
+
+
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def _float(x: Optional[Tensor]) -> Optional[Tensor]:
+    """Floating tensors at least float32 (float64 stays), anything else as it is."""
+    if x is None or not x.is_floating_point() or x.dtype == torch.float64:
+        return x
+    return x.float()
 
 
 @contextmanager

@@ -13,6 +13,11 @@ resumes follows the same trajectory as one that never stopped::
 
 Files are ``<run_dir>/checkpoints/step_<N>.pt``, each written atomically (temp file +
 ``os.replace``); only the newest ``keep`` are kept.
+
+Checkpoints are portable between devices: one written on a GPU resumes on a CPU and the other
+way round (``load_latest(..., map_location=device)``; the optimiser state follows its
+parameters, the generator states are restored on the CPU, and the CUDA generators only where
+there are GPUs). An fp16 run's gradient scaler is saved and restored with ``scaler=``.
 """
 from __future__ import annotations
 
@@ -39,11 +44,14 @@ def rng_state() -> Dict[str, Any]:
 
 
 def set_rng_state(state: Dict[str, Any]) -> None:
+    """Restore :func:`rng_state`, wherever its tensors were mapped on loading. CUDA generators are
+    restored for the GPUs both machines have; a checkpoint from a CPU-only machine leaves them."""
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
+    torch.set_rng_state(state["torch"].cpu())
     if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+        for index, cuda_state in enumerate(state["cuda"][: torch.cuda.device_count()]):
+            torch.cuda.set_rng_state(cuda_state.cpu(), index)
 
 
 def _unwrap(model: nn.Module) -> nn.Module:
@@ -73,6 +81,7 @@ class Checkpointer:
         optimizer: Optional[torch.optim.Optimizer] = None,
         scheduler: Optional[Any] = None,
         extra: Optional[Dict[str, Any]] = None,
+        scaler: Optional[torch.amp.GradScaler] = None,
     ) -> Path:
         state = {
             "step": int(step),
@@ -82,6 +91,8 @@ class Checkpointer:
             "extra": extra or {},
             "rng": rng_state(),
         }
+        if scaler is not None and scaler.is_enabled():
+            state["scaler"] = scaler.state_dict()
         path = atomic_save(state, self.dir / f"step_{step}.pt")
         for old in self.paths()[: -self.keep]:
             old.unlink()
@@ -93,8 +104,12 @@ class Checkpointer:
         optimizer: Optional[torch.optim.Optimizer] = None,
         scheduler: Optional[Any] = None,
         map_location: Union[str, torch.device] = "cpu",
+        scaler: Optional[torch.amp.GradScaler] = None,
     ) -> Optional[Dict[str, Any]]:
-        """Restore the newest checkpoint into the given objects; its dict, or None if none exists."""
+        """Restore the newest checkpoint into the given objects; its dict, or None if none exists.
+
+        ``map_location`` is where tensors land (the device the run resumes on); the scaler is
+        restored when the checkpoint has one (an fp16 run), else left fresh."""
         paths = self.paths()
         if not paths:
             return None
@@ -111,5 +126,7 @@ class Checkpointer:
                 if state[name] is None:
                     raise RuntimeError(f"checkpoint {path} holds no {name} state to resume")
                 target.load_state_dict(state[name])
+        if scaler is not None and state.get("scaler") is not None and scaler.is_enabled():
+            scaler.load_state_dict(state["scaler"])
         set_rng_state(state["rng"])
         return state

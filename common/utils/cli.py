@@ -1,7 +1,8 @@
 """The command-line options every training CLI shares, and their mapping onto config keys.
 
-Each domain's ``train`` takes ``--data-root``, ``--out``, ``--config``, ``--no-progress`` and
-any number of ``key=value`` config overrides (anywhere on the line, between options too);
+Each domain's ``train`` takes ``--data-root``, ``--out``, ``--config``, ``--device``,
+``--no-progress`` and any number of ``key=value`` config overrides (anywhere on the line,
+between options too);
 domain options (``--attention``, ``--dataset`` ...) are added to the returned parser and
 become overrides through :func:`overrides_from`.
 """
@@ -27,13 +28,20 @@ def training_parser(prog: str, description: str, defaults: str, example: str,
     parser.add_argument("--data-root", help=f"{data_root_help} (default: $ATTN_DATA_ROOT, else the user cache)")
     parser.add_argument("--out", help=out_help)
     parser.add_argument("--config", help="a YAML file merged over the packaged config")
+    add_device_option(parser)
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.add_argument("overrides", nargs="*", metavar="key=value")
     return parser
 
 
+def add_device_option(parser: argparse.ArgumentParser, default: Optional[str] = None) -> None:
+    """``--device auto|cpu|cuda|cuda:N`` (see :mod:`common.utils.runtime`)."""
+    parser.add_argument("--device", default=default, metavar="DEVICE",
+                        help="auto (CUDA when available), cpu, cuda or cuda:N (default: the config's device, auto)")
+
+
 def overrides_from(args: argparse.Namespace, options: Optional[Mapping[str, Any]] = None) -> list[str]:
-    """``args.overrides`` then ``key=value`` for ``--data-root``/``--out`` and each of ``options``
-    (config key -> value from a domain option) that was given; named options win."""
-    given = {"data_root": args.data_root, "out_dir": args.out, **(options or {})}
+    """``args.overrides`` then ``key=value`` for ``--data-root``/``--out``/``--device`` and each of
+    ``options`` (config key -> value from a domain option) that was given; named options win."""
+    given = {"data_root": args.data_root, "out_dir": args.out, "device": args.device, **(options or {})}
     return list(args.overrides) + [f"{key}={value}" for key, value in given.items() if value is not None]

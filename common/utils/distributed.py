@@ -18,13 +18,15 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Optional
+from typing import Any, Iterator, List, Optional, Sequence, Tuple, TypeVar
 
 import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import Dataset, DistributedSampler
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -99,6 +101,48 @@ def all_reduce_mean(value: torch.Tensor, env: DistEnv) -> torch.Tensor:
     value = value.detach().clone()
     dist.all_reduce(value, op=dist.ReduceOp.SUM)
     return value / env.world_size
+
+
+def round_robin(items: Sequence[T], env: DistEnv, start: int = 0,
+                per_process: int = 1) -> Iterator[Tuple[int, List[T]]]:
+    """Deal ``items[start:]`` to the processes in rounds of ``world_size * per_process`` items:
+    every item goes to exactly one process, once (no padding and no dropping, unlike
+    ``DistributedSampler``).
+
+    Yields, per round, the position after it and this process's items (``per_process`` of
+    them; fewer, possibly none, in the last round). A process left with none must still take
+    part in the round's gradient all-reduce, with a contribution weighted zero. One process
+    gets every item, in order.
+    """
+    size = env.world_size * per_process
+    for first in range(start, len(items), size):
+        mine = range(first + env.rank * per_process, min(first + (env.rank + 1) * per_process, len(items)))
+        yield min(first + size, len(items)), [items[i] for i in mine]
+
+
+def all_reduce_sum(value: torch.Tensor, env: DistEnv) -> torch.Tensor:
+    """The sum of ``value`` over processes (a new tensor), ``value`` itself when alone."""
+    if not env.distributed:
+        return value
+    value = value.detach().clone()
+    dist.all_reduce(value, op=dist.ReduceOp.SUM)
+    return value
+
+
+def broadcast_objects(objects: List[Any], env: DistEnv, src: int = 0) -> List[Any]:
+    """The main process's ``objects`` (picklable) on every process, e.g. a decision taken after
+    a validation that only the main process ran."""
+    if not env.distributed:
+        return objects
+    payload = list(objects) if env.rank == src else [None] * len(objects)
+    dist.broadcast_object_list(payload, src=src)
+    return payload
+
+
+def barrier(env: DistEnv) -> None:
+    """Wait until every process gets here (no-op for one process)."""
+    if env.distributed:
+        dist.barrier()
 
 
 def cleanup(env: DistEnv) -> None:
