@@ -24,6 +24,8 @@ from tqdm.auto import tqdm
 from common.features import RegionFeatureError, RegionFeatureStore
 from common.text import Vocabulary
 from common.utils import atomic_write_json, results_record
+from common.utils.cli import add_runtime_options, runtime_from
+from common.utils.runtime import DeviceError, Runtime
 
 from .config import build_model, data_path
 from .data import CaptionCorpus, CaptionDataset, collate
@@ -34,15 +36,19 @@ from .prepare import CaptionDataError
 
 def caption_images(model: Att2in, dataset: CaptionDataset, vocab: Vocabulary, beam_size: int = 1,
                    max_length: int = 16, batch_size: int = 50, progress: bool = True,
-                   length_penalty: float = 0.0) -> dict[int, str]:
-    """``{image_id: caption}`` for every image of ``dataset`` (model in eval mode: BAM's posterior mean)."""
+                   length_penalty: float = 0.0, runtime: Optional[Runtime] = None) -> dict[int, str]:
+    """``{image_id: caption}`` for every image of ``dataset`` (model in eval mode: BAM's posterior mean),
+    decoded on the model's device under the ``runtime``'s precision."""
+    runtime = runtime or Runtime(next(model.parameters()).device)
     model.eval()
     # its own generator: creating the iterator must not draw from (and so change) the training RNG
     loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=collate,
-                        generator=torch.Generator())
+                        generator=torch.Generator(), pin_memory=runtime.pin_memory)
     captions = {}
     for batch in tqdm(loader, desc=f"decoding (beam {beam_size})", leave=False, disable=None if progress else True):
-        tokens = model.generate(batch["features"], batch["mask"], vocab.eos, max_length, beam_size, length_penalty)
+        features, mask = runtime.to_device(batch["features"]), runtime.to_device(batch["mask"])
+        with runtime.autocast():
+            tokens = model.generate(features, mask, vocab.eos, max_length, beam_size, length_penalty)
         for image_id, row in zip(batch["image_ids"].tolist(), tokens.tolist()):
             captions[image_id] = " ".join(vocab.decode(row))
     return captions
@@ -69,9 +75,11 @@ def load_checkpoint(path: Path) -> tuple[Att2in, dict, Vocabulary]:
 def evaluate_checkpoint(path: Path, split: str = "test", beam_size: int = 5, max_length: int = 16,
                         data_root: Optional[str] = None, max_images: Optional[int] = None,
                         metrics: Sequence[str] = METRICS, batch_size: int = 50, progress: bool = True,
-                        length_penalty: float = 0.0) -> dict:
+                        length_penalty: float = 0.0, runtime: Optional[Runtime] = None) -> dict:
     """Decode and score ``split``; writes ``captions_<split>.json`` and ``results_<split>.json``."""
+    runtime = runtime or Runtime(torch.device("cpu"))
     model, checkpoint, vocab = load_checkpoint(path)
+    model.to(runtime.device)
     cfg = OmegaConf.create(checkpoint["config"])
     if data_root is not None:
         cfg.data_root = data_root
@@ -83,14 +91,16 @@ def evaluate_checkpoint(path: Path, split: str = "test", beam_size: int = 5, max
     store = RegionFeatureStore(data_path(cfg, cfg.data.features))
     dataset = CaptionDataset(images, store, vocab, corpus.max_length, with_captions=False)
     start = time.perf_counter()
-    captions = caption_images(model, dataset, vocab, beam_size, max_length, batch_size, progress, length_penalty)
+    captions = caption_images(model, dataset, vocab, beam_size, max_length, batch_size, progress, length_penalty,
+                              runtime)
     decode_seconds = time.perf_counter() - start
     scores = score_captions(captions, corpus.references(images), metrics)
     out_dir = (path if path.is_dir() else path.parent)
     atomic_write_json(out_dir / f"captions_{split}.json", coco_results(captions))
     results = results_record(checkpoint["config"], checkpoint=str(path), split=split, images=len(images),
                              beam_size=beam_size, length_penalty=length_penalty, max_length=max_length, scores=scores,
-                             decode_seconds=decode_seconds, images_per_second=len(images) / decode_seconds)
+                             decode_seconds=decode_seconds, images_per_second=len(images) / decode_seconds,
+                             runtime=runtime.describe())
     atomic_write_json(out_dir / f"results_{split}.json", results)
     return results
 
@@ -110,16 +120,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--max-images", type=int, help="only the first N images of the split")
     parser.add_argument("--metrics", nargs="+", default=list(METRICS), choices=METRICS)
     parser.add_argument("--data-root", help="data directory (default: the one used in training)")
-    parser.add_argument("--threads", type=int, help="torch threads (default: torch's)")
+    add_runtime_options(parser)
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
     try:
         results = evaluate_checkpoint(args.checkpoint, args.split, args.beam_size, args.max_length, args.data_root,
                                       args.max_images, args.metrics, progress=not args.no_progress,
-                                      length_penalty=args.length_penalty)
-    except (FileNotFoundError, CaptionDataError, RegionFeatureError, ValueError) as err:
+                                      length_penalty=args.length_penalty, runtime=runtime_from(args))
+    except (FileNotFoundError, CaptionDataError, RegionFeatureError, DeviceError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(f"{args.split} ({results['images']} images, beam {args.beam_size}): {format_scores(results['scores'])}")

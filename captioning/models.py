@@ -104,7 +104,7 @@ class Att2in(nn.Module):
     # ----------------------------------------------------------------- one step ----
     def log_probs(self, output: Tensor) -> Tensor:
         """``log p(w)`` from the core's (dropped-out) output ``[..., rnn_size]``."""
-        logits = self.logit(output).masked_fill(self.never_emitted, float("-inf"))
+        logits = self.logit(output).float().masked_fill(self.never_emitted, float("-inf"))
         return torch.log_softmax(logits, dim=-1)
 
     def step_with_attention(self, tokens: Tensor, state: tuple[Tensor, ...]):

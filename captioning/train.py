@@ -11,12 +11,21 @@ after every epoch (model, optimiser, RNG; an interrupted run resumes from the la
 ``best.pt`` (best val CIDEr: weights, config, vocabulary), ``metrics.jsonl`` + TensorBoard
 events (``train/loss``, ``train/nll``, ``train/kl``, ``lr``, ``ss_prob`` and ``val/*`` per epoch),
 and ``results.json`` (best epoch and its val scores, per-epoch history, config, versions).
+
+``--device``, ``train.precision`` and ``train.compile`` choose where and how it computes
+(:mod:`common.utils.runtime`); a checkpoint resumes on any device. Several GPUs::
+
+    torchrun --nproc_per_node 4 -m captioning.train --attention bam-wc
+
+give each process ``train.batch_size`` images of every global batch (``DistributedSampler``,
+reshuffled per epoch; it repeats a few images to even out the last batch); only the first
+process validates, checkpoints and writes files.
 """
 from __future__ import annotations
 
 import sys
-from contextlib import nullcontext
 import time
+from contextlib import nullcontext
 from typing import Optional, Sequence
 
 import torch
@@ -30,6 +39,8 @@ from common.features import RegionFeatureError, RegionFeatureStore
 from common.utils import Checkpointer, MetricsLogger, atomic_save, atomic_write_json, results_record, seed_everything
 from common.utils.cli import overrides_from, training_parser
 from common.utils.config import check_resumable
+from common.utils.distributed import barrier, cleanup, shard_sampler, wrap_model
+from common.utils.runtime import DeviceError, Runtime
 
 from .config import build_model, data_path, load_config, run_dir, to_dict
 from .data import CaptionCorpus, CaptionDataset, collate
@@ -38,7 +49,8 @@ from .metrics import score_captions
 from .prepare import CaptionDataError
 
 #: Config keys that may change between a run and its resumption (where files go, speed knobs, length).
-RESUMABLE_KEYS = ("data_root", "out_dir", "eval", "train.num_threads", "train.num_workers", "train.epochs")
+RESUMABLE_KEYS = ("data_root", "out_dir", "device", "eval", "train.num_threads", "train.num_workers", "train.epochs",
+                  "train.precision", "train.compile")
 
 
 def caption_nll(log_probs: Tensor, captions: Tensor, pad: int) -> Tensor:
@@ -70,16 +82,26 @@ def kl_schedule(cfg: DictConfig) -> attention.KLSchedule:
                                 rate=cfg.kl.rate, offset=cfg.kl.offset)
 
 
-def validate(cfg: DictConfig, model, dataset: CaptionDataset, corpus: CaptionCorpus, progress: bool) -> dict:
+def validate(cfg: DictConfig, model, dataset: CaptionDataset, corpus: CaptionCorpus, progress: bool,
+             runtime: Optional[Runtime] = None) -> dict:
     captions = caption_images(model, dataset, corpus.vocab, cfg.eval.beam_size, cfg.eval.max_length,
-                              cfg.eval.batch_size, progress, cfg.eval.length_penalty)
+                              cfg.eval.batch_size, progress, cfg.eval.length_penalty, runtime)
     return score_captions(captions, corpus.references(dataset.images), list(cfg.eval.metrics))
 
 
-def run(cfg: DictConfig, progress: bool = True) -> dict:
+def run(cfg: DictConfig, progress: bool = True, runtime: Optional[Runtime] = None) -> dict:
     """Train (resuming from the last epoch checkpoint of ``out_dir``) and write ``results.json``."""
-    if cfg.train.num_threads:
-        torch.set_num_threads(cfg.train.num_threads)
+    runtime = runtime or Runtime.create(cfg.device, cfg.train.precision, cfg.train.compile,
+                                        threads=cfg.train.num_threads, distributed=True)
+    env = runtime.env
+    try:
+        return _train(cfg, progress and env.is_main, runtime)
+    finally:
+        cleanup(env)
+
+
+def _train(cfg: DictConfig, progress: bool, runtime: Runtime) -> dict:
+    env = runtime.env
     if "cider" not in cfg.eval.metrics:
         raise ValueError("eval.metrics must include cider: the best checkpoint is chosen by val CIDEr")
     out_dir = run_dir(cfg)
@@ -91,32 +113,36 @@ def run(cfg: DictConfig, progress: bool = True) -> dict:
                              with_captions=False)
 
     seed_everything(cfg.seed, deterministic=cfg.train.deterministic)
-    model = build_model(cfg, vocab, store.feature_dim)
+    model = build_model(cfg, vocab, store.feature_dim).to(runtime.device)
+    forward = runtime.compile(wrap_model(model, env))
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay)
     checkpointer = Checkpointer(out_dir, keep=2)
     config = to_dict(cfg)
     _check_resumable(checkpointer, config)
-    state = checkpointer.load_latest(model, optimizer)
+    state = checkpointer.load_latest(model, optimizer, map_location=runtime.device, scaler=runtime.scaler)
     extra = state["extra"] if state is not None else {"config": config, "best": None, "history": [], "iteration": 0}
     start_epoch = 0 if state is None else state["step"] + 1
     schedule = kl_schedule(cfg)
     generator = torch.Generator().manual_seed(cfg.seed)
-    loader = DataLoader(train_set, batch_size=cfg.train.batch_size, shuffle=True, collate_fn=collate,
-                        num_workers=cfg.train.num_workers, generator=generator,
-                        persistent_workers=cfg.train.num_workers > 0)
+    sampler = shard_sampler(train_set, env, shuffle=True, seed=cfg.seed)
+    loader = DataLoader(train_set, batch_size=cfg.train.batch_size, shuffle=sampler is None, sampler=sampler,
+                        collate_fn=collate, num_workers=cfg.train.num_workers, generator=generator,
+                        persistent_workers=cfg.train.num_workers > 0, pin_memory=runtime.pin_memory)
     start = time.perf_counter()
-    with MetricsLogger(out_dir) as logger:
+    with MetricsLogger(out_dir, enabled=env.is_main) as logger:
         for epoch in range(start_epoch, cfg.train.epochs):
             generator.manual_seed(cfg.seed * 1_000_003 + epoch)  # the same shuffles whether resumed or not
+            if sampler is not None:
+                sampler.set_epoch(epoch)
             lr, ss_prob = learning_rate(cfg, epoch), ss_probability(cfg, epoch)
             for group in optimizer.param_groups:
                 group["lr"] = lr
-            sums = train_epoch(cfg, model, optimizer, loader, schedule, extra, ss_prob, vocab.pad,
-                               desc=f"epoch {epoch}", progress=progress)
+            sums = train_epoch(cfg, forward, optimizer, loader, schedule, extra, ss_prob, vocab.pad,
+                               desc=f"epoch {epoch}", progress=progress, runtime=runtime)
             row = {"epoch": epoch, "lr": lr, "ss_prob": ss_prob, **sums}
             last = epoch == cfg.train.epochs - 1
-            if last or (cfg.eval.every > 0 and (epoch + 1) % cfg.eval.every == 0):
-                scores = validate(cfg, model, val_set, corpus, progress)
+            if env.is_main and (last or (cfg.eval.every > 0 and (epoch + 1) % cfg.eval.every == 0)):
+                scores = validate(cfg, model, val_set, corpus, progress, runtime)
                 row.update({f"val/{k}": v for k, v in scores.items() if isinstance(v, float)})
                 if extra["best"] is None or scores["CIDEr"] > extra["best"]["scores"]["CIDEr"]:
                     extra["best"] = {"epoch": epoch, "scores": scores}
@@ -125,35 +151,41 @@ def run(cfg: DictConfig, progress: bool = True) -> dict:
                                            "specials": list(vocab.specials)},
                                  "epoch": epoch, "scores": scores}, out_dir / "best.pt")
             extra["history"].append(row)
-            checkpointer.save(epoch, model, optimizer, extra=extra)
-            logger.log(epoch, **{k: v for k, v in row.items() if k != "epoch"})  # after the save: no line twice
+            if env.is_main:
+                checkpointer.save(epoch, model, optimizer, extra=extra, scaler=runtime.scaler)
+                logger.log(epoch, **{k: v for k, v in row.items() if k != "epoch"})  # after the save: no line twice
+            barrier(env)
             if progress and "val/CIDEr" in row:
                 tqdm.write(f"epoch {epoch}: nll {row['train/nll']:.3f} val {format_scores(scores)}")
+    if not env.is_main:  # the first process validated and writes the results
+        return {}
     results = results_record(config, attention=cfg.attention.name, best_epoch=extra["best"]["epoch"],
                              val=extra["best"]["scores"], history=extra["history"], epochs=cfg.train.epochs,
-                             wall_seconds_this_run=time.perf_counter() - start, checkpoint=str(out_dir / "best.pt"))
+                             wall_seconds_this_run=time.perf_counter() - start, checkpoint=str(out_dir / "best.pt"),
+                             runtime=runtime.describe())
     atomic_write_json(out_dir / "results.json", results)
     return results
 
 
 def train_epoch(cfg: DictConfig, model, optimizer, loader: DataLoader, schedule: attention.KLSchedule, extra: dict,
-                ss_prob: float, pad: int, desc: str, progress: bool) -> dict:
+                ss_prob: float, pad: int, desc: str, progress: bool, runtime: Optional[Runtime] = None) -> dict:
     """One pass over ``loader``; returns the epoch's mean loss, NLL and KL."""
+    runtime = runtime or Runtime(torch.device("cpu"))
     model.train()
     totals = {"train/loss": 0.0, "train/nll": 0.0, "train/kl": 0.0}
     batches = 0
     collect_kl = cfg.kl.weight > 0
     for batch in tqdm(loader, desc=desc, leave=False, disable=None if progress else True, mininterval=1.0):
+        batch = runtime.to_device(batch)
         optimizer.zero_grad(set_to_none=True)
-        with attention.aux_losses() if collect_kl else nullcontext() as aux:
+        with runtime.autocast(), attention.aux_losses() if collect_kl else nullcontext() as aux:
             log_probs = model(batch["features"], batch["mask"], batch["captions"], ss_prob)
         nll = caption_nll(log_probs, batch["captions"], pad)
         steps = log_probs.shape[1]
-        kl = aux.total() / steps if aux is not None else torch.zeros(())
+        kl = aux.total() / steps if aux is not None else torch.zeros((), device=nll.device)
         loss = nll + schedule(extra["iteration"]) * kl
-        loss.backward()
-        torch.nn.utils.clip_grad_value_(model.parameters(), cfg.optim.grad_clip_value)
-        optimizer.step()
+        runtime.backward_step(loss, optimizer,
+                              clip=lambda: torch.nn.utils.clip_grad_value_(model.parameters(), cfg.optim.grad_clip_value))
         extra["iteration"] += 1
         batches += 1
         for key, value in (("train/loss", loss.detach()), ("train/nll", nll.detach()), ("train/kl", kl.detach())):
@@ -179,9 +211,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         cfg = load_config(args.attention, overrides, args.config)
         results = run(cfg, progress=not args.no_progress)
-    except (CaptionDataError, RegionFeatureError, ValueError) as err:
+    except (CaptionDataError, RegionFeatureError, DeviceError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    if not results:  # not the first of several processes
+        return 0
     print(f"{results['attention']}: best val (epoch {results['best_epoch']}) {format_scores(results['val'])} "
           f"-> {run_dir(cfg) / 'results.json'}")
     return 0

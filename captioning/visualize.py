@@ -22,9 +22,13 @@ matplotlib.use("Agg")
 import matplotlib.image as mpimg  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+import torch  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
 from common.features import RegionFeatureError, RegionFeatureStore, pad_regions  # noqa: E402
+
+from common.utils.cli import add_runtime_options, runtime_from  # noqa: E402
+from common.utils.runtime import DeviceError, Runtime  # noqa: E402
 
 from .config import data_path  # noqa: E402
 from .evaluate import load_checkpoint  # noqa: E402
@@ -73,19 +77,24 @@ def plot_attention(image: np.ndarray, boxes: np.ndarray, words: Sequence[str], p
 
 
 def attention_figure(checkpoint: Path, image_id: int, image_path: Path, out: Path, data_root: Optional[str] = None,
-                     max_length: int = 16) -> dict:
+                     max_length: int = 16, runtime: Optional[Runtime] = None) -> dict:
     """Caption image ``image_id`` greedily and plot its prior/posterior attention; returns the caption."""
+    runtime = runtime or Runtime(torch.device("cpu"))
     model, ckpt, vocab = load_checkpoint(checkpoint)
+    model.to(runtime.device)
     cfg = OmegaConf.create(ckpt["config"])
     if data_root is not None:
         cfg.data_root = data_root
     regions = RegionFeatureStore(data_path(cfg, cfg.data.features))[image_id]
     features, boxes, mask = pad_regions([regions])
+    features, mask = runtime.to_device(features), runtime.to_device(mask)
     model.eval()
-    tokens = model.generate(features, mask, vocab.eos, max_length)
-    words = vocab.decode(tokens[0].tolist(), strip_specials=False, stop_at_eos=False)
-    length = words.index("<eos>") + 1 if "<eos>" in words else len(words)
-    maps = model.attention_maps(features, mask, tokens[:, :length])
+    with torch.no_grad(), runtime.autocast():
+        tokens = model.generate(features, mask, vocab.eos, max_length)
+        words = vocab.decode(tokens[0].tolist(), strip_specials=False, stop_at_eos=False)
+        length = words.index("<eos>") + 1 if "<eos>" in words else len(words)
+        maps = model.attention_maps(features, mask, tokens[:, :length])
+    maps = {name: None if value is None else value.float().cpu() for name, value in maps.items()}
     prior = None if maps["prior"] is None else maps["prior"][0].numpy()
     image = mpimg.imread(image_path)
     if image.shape[:2] != tuple(regions.image_size):
@@ -103,10 +112,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--image", type=Path, required=True, help="the image file (jpg/png)")
     parser.add_argument("--out", type=Path, default=Path("attention.png"), help="PNG to write (default attention.png)")
     parser.add_argument("--data-root", help="data directory (default: the one used in training)")
+    add_runtime_options(parser)
     args = parser.parse_args(argv)
     try:
-        result = attention_figure(args.checkpoint, args.image_id, args.image, args.out, args.data_root)
-    except (FileNotFoundError, RegionFeatureError, ValueError) as err:
+        result = attention_figure(args.checkpoint, args.image_id, args.image, args.out, args.data_root,
+                                  runtime=runtime_from(args))
+    except (FileNotFoundError, RegionFeatureError, DeviceError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(f"{args.image_id}: \"{result['caption']}\" -> {result['figure']}")

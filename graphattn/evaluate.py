@@ -23,7 +23,7 @@ from omegaconf import OmegaConf
 from common import attention
 from common.metrics import expected_calibration_error, mean_probabilities, pavpu_entropy, pavpu_ttest
 from common.utils import atomic_write_json, results_record, seed_everything
-from common.utils.cli import add_device_option
+from common.utils.cli import add_runtime_options, runtime_from
 from common.utils.runtime import DeviceError, Runtime
 
 from .data import PlanetoidDataError, load_planetoid
@@ -109,11 +109,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                                                 "(default log(classes)/2)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the Monte Carlo sampling")
     parser.add_argument("--out", type=Path, help="write the report JSON here")
-    parser.add_argument("--threads", type=int, help="torch threads (default: torch's; 1 on a busy shared CPU)")
-    add_device_option(parser, default="auto")
+    add_runtime_options(parser)
     args = parser.parse_args(argv)
     try:
-        runtime = Runtime.create(args.device, threads=args.threads)
+        runtime = runtime_from(args)
         paths = checkpoints_in(args.checkpoint)
         reports, data_cache = [], {}
         for path in paths:

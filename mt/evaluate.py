@@ -17,7 +17,7 @@ from typing import Dict, Optional, Sequence
 import torch
 
 from common.utils import atomic_write_json, default_data_root, results_record
-from common.utils.cli import add_device_option
+from common.utils.cli import add_runtime_options, runtime_from
 from common.utils.paths import DATA_ROOT_ENV
 from common.utils.runtime import DeviceError, Runtime
 
@@ -65,13 +65,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--checkpoint", type=Path, default=None,
                         help="score the weights of this checkpoint file (e.g. <run>/checkpoints/step_346.pt)")
     parser.add_argument("--data-root", default=None, help=f"data root (default: ${DATA_ROOT_ENV})")
-    parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32",
-                        help="autocast precision of decoding (default fp32)")
-    add_device_option(parser, default="auto")
+    add_runtime_options(parser)
     args = parser.parse_args(argv)
     try:
-        runtime = Runtime.create(args.device, args.precision, threads=args.threads)
+        runtime = runtime_from(args)
         files = RunFiles(args.run_dir)
         cfg = files.config()
         model = load_model(files, average_last=args.average, checkpoint=args.checkpoint).to(runtime.device)

@@ -14,7 +14,7 @@ from typing import List, Optional, Sequence
 
 import torch
 
-from common.utils.cli import add_device_option
+from common.utils.cli import add_runtime_options, runtime_from
 from common.utils.runtime import DeviceError, Runtime
 
 from .bpe import remove_bpe
@@ -26,16 +26,19 @@ from .translation import ids_to_text, translate_ids
 
 def translate_lines(files: RunFiles, lines: Sequence[str], beam: int, length_penalty: float,
                     pretokenised: bool = False, tokenised_output: bool = False, average: Optional[int] = None,
-                    batch_size: int = 64, device: Optional[torch.device] = None) -> List[str]:
+                    batch_size: int = 64, runtime: Optional[Runtime] = None) -> List[str]:
+    runtime = runtime or Runtime(torch.device("cpu"))
     cfg = files.config()
     src_vocab, tgt_vocab = files.vocabs()
-    model = load_model(files, average_last=average).to(device or torch.device("cpu"))
+    model = load_model(files, average_last=average).to(runtime.device)
     bpe = files.bpe()
     pre = None if pretokenised else MosesPreprocessor(_lang(files, "src"), normalize_punctuation=True)
     units = [bpe(pre(line) if pre else line.strip()) for line in lines]
     sources = [torch.tensor(src_vocab.encode(u.split(), add_eos=True), dtype=torch.long) for u in units]
-    ids = translate_ids(model, sources, src_vocab.pad, tgt_vocab, beam_size=beam, length_penalty=length_penalty,
-                        max_len_a=cfg["eval"]["max_len_a"], max_len_b=cfg["eval"]["max_len_b"], batch_size=batch_size)
+    with runtime.autocast():
+        ids = translate_ids(model, sources, src_vocab.pad, tgt_vocab, beam_size=beam, length_penalty=length_penalty,
+                            max_len_a=cfg["eval"]["max_len_a"], max_len_b=cfg["eval"]["max_len_b"],
+                            batch_size=batch_size)
     out = [remove_bpe(h) for h in ids_to_text(ids, tgt_vocab)]
     if tokenised_output:
         return out
@@ -56,15 +59,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--average", type=int, default=None, help="average the last N checkpoints")
     parser.add_argument("--pretokenised", action="store_true", help="input is already Moses-tokenised, lowercased")
     parser.add_argument("--tokenised-output", action="store_true", help="print tokenised (not detokenised) text")
-    parser.add_argument("--threads", type=int, default=None)
-    add_device_option(parser, default="auto")
+    add_runtime_options(parser)
     args = parser.parse_args(argv)
     try:
-        runtime = Runtime.create(args.device, threads=args.threads)
+        runtime = runtime_from(args)
         lines = sys.stdin.read().splitlines()
         files = RunFiles(args.run_dir)
         out = translate_lines(files, lines, args.beam, args.length_penalty, args.pretokenised,
-                              args.tokenised_output, args.average, device=runtime.device)
+                              args.tokenised_output, args.average, runtime=runtime)
     except (DataError, DeviceError, FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

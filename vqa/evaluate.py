@@ -35,13 +35,15 @@ from common import attention
 from common.metrics import plot_reliability, ttest_uncertain
 from common.text import Vocabulary
 from common.utils import Checkpointer, atomic_write_json, results_record, seed_everything
+from common.utils.cli import add_runtime_options, runtime_from
+from common.utils.runtime import DeviceError, Runtime
 
 from .answers import AnswerVocab, prep_answer
 from .data import QuestionEncoder, VQADataError, VQADataset
 from .evaluation import vqa_accuracy, write_submission
 from .answers import answers_of
 from .data import load_split
-from .train import add_feature_noise, build_model, predict_logits, to_device
+from .train import add_feature_noise, build_model, predict_logits
 
 
 def load_run(run_dir: Path, data_root: Optional[str] = None):
@@ -62,7 +64,7 @@ def load_run(run_dir: Path, data_root: Optional[str] = None):
 
 @torch.no_grad()
 def mc_uncertainty(model, loader: DataLoader, answers: AnswerVocab, annotations: Dict[int, dict], samples: int,
-                   dropout: bool, noise_std: float, seed: int, p_threshold: float, device: torch.device,
+                   dropout: bool, noise_std: float, seed: int, p_threshold: float, runtime: Runtime,
                    progress: bool = True) -> Dict:
     """Monte Carlo predictions, accuracy, PAvPU and the confidences for calibration (module doc)."""
     if samples < 2:
@@ -74,10 +76,12 @@ def mc_uncertainty(model, loader: DataLoader, answers: AnswerVocab, annotations:
     with attention.mc_sampling(model, dropout=dropout):
         for batch in tqdm(loader, desc=f"MC x{samples}", leave=False, disable=None if progress else True,
                           mininterval=2.0):
-            batch = to_device(batch, device)
+            batch = runtime.to_device(batch)
             features = add_feature_noise(batch["features"], batch["region_mask"], noise_std, generator)
-            scores = torch.stack([torch.sigmoid(model(batch["question_tokens"], batch["question_mask"], features,
-                                                      batch["region_mask"]).float()) for _ in range(samples)]).cpu()
+            with runtime.autocast():
+                scores = torch.stack([torch.sigmoid(model(batch["question_tokens"], batch["question_mask"], features,
+                                                          batch["region_mask"]).float()) for _ in range(samples)])
+            scores = scores.cpu()
             mean = scores.mean(0)
             top = mean.argmax(-1)
             ids = batch["question_id"].tolist()
@@ -102,25 +106,26 @@ def confidence_view(confidence: torch.Tensor, correct: torch.Tensor):
 def evaluate_run(run_dir: Path, split: Optional[str] = None, data_root: Optional[str] = None,
                  noise_std: Sequence[float] = (), mc_samples: int = 0, mc_dropout: bool = True,
                  p_threshold: float = 0.05, seed: int = 0, batch_size: Optional[int] = None,
-                 out: Optional[Path] = None, progress: bool = True, device: Optional[str] = None) -> Dict:
-    """Evaluate the latest checkpoint of ``run_dir`` (see the module docstring); returns the report."""
+                 out: Optional[Path] = None, progress: bool = True, runtime: Optional[Runtime] = None) -> Dict:
+    """Evaluate the latest checkpoint of ``run_dir`` (see the module docstring) on ``runtime``'s
+    device (default: the CPU); returns the report."""
+    runtime = runtime or Runtime(torch.device("cpu"))
     cfg, vocab, answers, model, epoch = load_run(run_dir, data_root)
     split = split or cfg.data.eval_split
     questions, annotations, store = load_split(cfg, split)
     dataset = VQADataset(questions, annotations, store, answers, QuestionEncoder(vocab, cfg.data.max_question_len),
                          vocab.pad, cfg.data.max_regions)
-    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     loader = DataLoader(dataset, batch_size or cfg.train.eval_batch_size, collate_fn=dataset.collate,
-                        num_workers=cfg.train.num_workers, pin_memory=device.type == "cuda")
+                        num_workers=cfg.train.num_workers, pin_memory=runtime.pin_memory)
     out = out or run_dir / f"eval_{split}.json"
-    model.to(device)
+    model.to(runtime.device)
     report: Dict = {"run": str(run_dir), "split": split, "epoch": epoch, "attention": cfg.attention.name,
                     "conditions": {}}
     by_question = {a["question_id"]: a for a in annotations} if annotations is not None else None
     for std in [0.0, *noise_std]:
         name = "clean" if std == 0 else f"noise_{std:g}"
         seed_everything(seed)
-        ids, logits = predict_logits(model, loader, device, noise_std=std, seed=seed, progress=progress, desc=name)
+        ids, logits = predict_logits(model, loader, runtime, noise_std=std, seed=seed, progress=progress, desc=name)
         predictions = answers_of(ids, logits, answers)
         condition: Dict = {"noise_std": std,
                            "results_file": str(write_submission(out.parent / f"{split}_{name}_results.json",
@@ -130,7 +135,7 @@ def evaluate_run(run_dir: Path, split: Optional[str] = None, data_root: Optional
         if mc_samples and annotations is not None:
             seed_everything(seed)
             mc = mc_uncertainty(model, loader, answers, by_question, mc_samples, mc_dropout, std, seed, p_threshold,
-                                device, progress)
+                                runtime, progress)
             probs, targets = confidence_view(mc["confidence"], mc["correct"])
             bins = plot_reliability(probs, targets, out.parent / f"reliability_{split}_{name}.png",
                                     title=f"MCAN {cfg.attention.name}, {split} {name}")
@@ -144,6 +149,7 @@ def evaluate_run(run_dir: Path, split: Optional[str] = None, data_root: Optional
         report["conditions"][name] = condition
     atomic_write_json(out, results_record({"noise_std": list(noise_std), "mc_samples": mc_samples,
                                            "mc_dropout": mc_dropout, "p_threshold": p_threshold, "seed": seed,
+                                           "runtime": runtime.describe(),
                                            "train_config": OmegaConf.to_container(cfg)}, **report))
     return report
 
@@ -161,18 +167,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--p-threshold", type=float, default=0.05, help="PAvPU t-test: uncertain if p > this")
     parser.add_argument("--seed", type=int, default=0, help="seed of the noise and the Monte Carlo sampling")
     parser.add_argument("--batch-size", type=int, help="default: the run's train.eval_batch_size")
-    parser.add_argument("--threads", type=int, help="torch threads")
-    parser.add_argument("--device", help="cpu, cuda, cuda:1, ... (default: cuda when available)")
+    add_runtime_options(parser)
     parser.add_argument("--out", type=Path, help="report JSON (default <run>/eval_<split>.json)")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
     try:
         report = evaluate_run(args.run, args.split, args.data_root, args.noise_std, args.mc_samples,
                               not args.no_mc_dropout, args.p_threshold, args.seed, args.batch_size, args.out,
-                              not args.no_progress, args.device)
-    except (FileNotFoundError, VQADataError, ValueError) as err:
+                              not args.no_progress, runtime_from(args))
+    except (FileNotFoundError, VQADataError, DeviceError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     for name, condition in report["conditions"].items():

@@ -14,6 +14,9 @@ Everything goes to ``out_dir`` (default ``runs/vqa/mcan/<attention>``): ``config
 resumes after the last finished epoch), ``metrics.jsonl`` + TensorBoard, the eval split's
 predictions in the official results format and ``results.json`` (accuracy per epoch, overall
 and per answer type, wall time, config and library versions).
+
+``--device``, ``train.precision`` and ``train.compile`` choose where and how it computes
+(:mod:`common.utils.runtime`); a checkpoint resumes on any device.
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ import argparse
 import json
 import sys
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -37,7 +41,8 @@ from common.utils import (
 )
 from common.utils.cli import overrides_from, training_parser
 from common.utils.config import check_resumable, layer_configs, packaged_config, to_dict
-from common.utils.distributed import DistEnv, all_reduce_mean, cleanup, init_distributed, shard_sampler, wrap_model
+from common.utils.distributed import DistEnv, all_reduce_mean, cleanup, shard_sampler, wrap_model
+from common.utils.runtime import DeviceError, Runtime
 
 from .answers import AnswerVocab
 from .answers import answers_of
@@ -47,8 +52,8 @@ from .mcan import MCAN, MCANConfig
 
 CONFIG_NAME = "mcan_small.yaml"
 #: Config keys that may change between a run and its resumption (where files go, speed knobs).
-RESUMABLE_KEYS = ("data_root", "out_dir", "train.epochs", "train.num_workers", "train.num_threads",
-                  "train.eval_batch_size", "train.log_every")
+RESUMABLE_KEYS = ("data_root", "out_dir", "device", "train.epochs", "train.num_workers", "train.num_threads",
+                  "train.eval_batch_size", "train.log_every", "train.precision", "train.compile")
 
 
 def load_config(overrides: Sequence[str] = (), config_file: Optional[str] = None) -> DictConfig:
@@ -85,10 +90,6 @@ def kl_schedule(cfg: DictConfig) -> attention.KLSchedule:
                                 rate=cfg.kl.rate, offset=cfg.kl.offset)
 
 
-def to_device(batch: Dict, device: torch.device) -> Dict:
-    return {k: v.to(device, non_blocking=True) if torch.is_tensor(v) else v for k, v in batch.items()}
-
-
 def model_inputs(batch: Dict) -> tuple:
     return batch["question_tokens"], batch["question_mask"], batch["features"], batch["region_mask"]
 
@@ -104,16 +105,18 @@ def add_feature_noise(features: torch.Tensor, region_mask: torch.Tensor, std: fl
 
 
 @torch.no_grad()
-def predict_logits(model: MCAN, loader: DataLoader, device: torch.device, noise_std: float = 0.0, seed: int = 0,
+def predict_logits(model: MCAN, loader: DataLoader, runtime: Runtime, noise_std: float = 0.0, seed: int = 0,
                    progress: bool = True, desc: str = "predict") -> Tuple[List[int], torch.Tensor]:
     """Question ids and answer logits ``[N, A]`` of every question in ``loader`` (eval mode)."""
     model.eval()
     generator = torch.Generator().manual_seed(seed)
     ids, logits = [], []
     for batch in tqdm(loader, desc=desc, leave=False, disable=None if progress else True, mininterval=2.0):
-        batch = to_device(batch, device)
+        batch = runtime.to_device(batch)
         features = add_feature_noise(batch["features"], batch["region_mask"], noise_std, generator)
-        logits.append(model(batch["question_tokens"], batch["question_mask"], features, batch["region_mask"]).float().cpu())
+        with runtime.autocast():
+            out = model(batch["question_tokens"], batch["question_mask"], features, batch["region_mask"])
+        logits.append(out.float().cpu())
         ids += batch["question_id"].tolist()
     return ids, torch.cat(logits)
 
@@ -153,14 +156,14 @@ def word_vectors(cfg: DictConfig, vocab: Vocabulary, env: DistEnv) -> torch.Tens
 
 
 def evaluate_epoch(model: MCAN, loader: DataLoader, annotations: List[dict], answers: AnswerVocab,
-                   device: torch.device, progress: bool) -> Tuple[Dict, Dict[int, str]]:
-    ids, logits = predict_logits(model, loader, device, progress=progress, desc="eval")
+                   runtime: Runtime, progress: bool) -> Tuple[Dict, Dict[int, str]]:
+    ids, logits = predict_logits(model, loader, runtime, progress=progress, desc="eval")
     predictions = answers_of(ids, logits, answers)
     return vqa_accuracy(annotations, predictions).summary(), predictions
 
 
 def train_epoch(ddp_model, loader: DataLoader, optimizer, scheduler, schedule: attention.KLSchedule,
-                collect_kl: bool, update: int, cfg: DictConfig, env: DistEnv, logger: MetricsLogger,
+                collect_kl: bool, update: int, cfg: DictConfig, runtime: Runtime, logger: MetricsLogger,
                 progress: bool, desc: str) -> Tuple[Dict[str, float], int]:
     """One pass over ``loader``: summed BCE (+ weighted KL) per batch, Adam and scheduler steps.
 
@@ -168,26 +171,22 @@ def train_epoch(ddp_model, loader: DataLoader, optimizer, scheduler, schedule: a
     update count after the epoch.
     """
     ddp_model.train()
-    device = next(ddp_model.parameters()).device
+    env, device = runtime.env, runtime.device
     sums = {"bce": 0.0, "kl": 0.0, "n": 0}
     bar = tqdm(loader, desc=desc, leave=False, disable=None if progress else True, mininterval=2.0)
+    clip = (lambda: torch.nn.utils.clip_grad_norm_(ddp_model.parameters(), cfg.optim.grad_clip)) \
+        if cfg.optim.grad_clip else None
     for batch in bar:
-        batch = to_device(batch, device)
+        batch = runtime.to_device(batch)
         optimizer.zero_grad(set_to_none=True)
-        if collect_kl:
-            with attention.aux_losses() as aux:
-                logits = ddp_model(*model_inputs(batch))
-            kl, kl_weight = aux.total(), schedule(update)
-        else:
-            logits, kl, kl_weight = ddp_model(*model_inputs(batch)), torch.zeros((), device=device), 0.0
-        bce = F.binary_cross_entropy_with_logits(logits, batch["target"], reduction="sum")
+        with runtime.autocast(), attention.aux_losses() if collect_kl else nullcontext() as aux:
+            logits = ddp_model(*model_inputs(batch))
+        kl, kl_weight = (aux.total(), schedule(update)) if collect_kl else (torch.zeros((), device=device), 0.0)
+        bce = F.binary_cross_entropy_with_logits(logits.float(), batch["target"], reduction="sum")
         # DDP averages gradients over processes: scale the summed BCE so the update is that of
         # the BCE summed over the global batch, as MCAN's single-process loss.
         loss = bce * env.world_size + kl_weight * kl
-        loss.backward()
-        if cfg.optim.grad_clip:
-            torch.nn.utils.clip_grad_norm_(ddp_model.parameters(), cfg.optim.grad_clip)
-        optimizer.step()
+        runtime.backward_step(loss, optimizer, clip)
         scheduler.step()
         update += 1
         size = batch["target"].shape[0]
@@ -205,9 +204,9 @@ def train_epoch(ddp_model, loader: DataLoader, optimizer, scheduler, schedule: a
 
 def run(cfg: DictConfig, progress: bool = True) -> Dict:
     """Train (or resume) the run described by ``cfg``; returns the results record."""
-    env = init_distributed()
-    if cfg.train.num_threads:
-        torch.set_num_threads(cfg.train.num_threads)
+    runtime = Runtime.create(cfg.device, cfg.train.precision, cfg.train.compile, threads=cfg.train.num_threads,
+                             distributed=True)
+    env = runtime.env
     seed_everything(cfg.seed + env.rank, deterministic=cfg.train.deterministic)
     out_dir = default_out_dir(cfg)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -227,7 +226,7 @@ def run(cfg: DictConfig, progress: bool = True) -> Dict:
         if eval_annotations is not None:
             eval_set = VQADataset(qs, eval_annotations, store, answers, encode, vocab.pad, cfg.data.max_regions)
             eval_loader = DataLoader(eval_set, cfg.train.eval_batch_size, collate_fn=eval_set.collate,
-                                     num_workers=cfg.train.num_workers, pin_memory=env.device.type == "cuda")
+                                     num_workers=cfg.train.num_workers, pin_memory=runtime.pin_memory)
 
     checkpointer = Checkpointer(out_dir, keep=2)
     fresh = not checkpointer.paths()  # a resumed model gets its embeddings from the checkpoint
@@ -242,10 +241,10 @@ def run(cfg: DictConfig, progress: bool = True) -> Dict:
     steps_per_epoch = max(1, len(train_set) // (cfg.train.batch_size * env.world_size))
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(
         step + 1, steps_per_epoch, cfg.optim.warmup_epochs, list(cfg.optim.decay_epochs), cfg.optim.decay_rate))
-    state = checkpointer.load_latest(model, optimizer, scheduler, map_location=env.device)
+    state = checkpointer.load_latest(model, optimizer, scheduler, map_location=env.device, scaler=runtime.scaler)
     start_epoch = 0 if state is None else state["step"] + 1
     history: List[Dict] = [] if state is None else state["extra"]["history"]
-    ddp_model = wrap_model(model, env)
+    ddp_model = runtime.compile(wrap_model(model, env))
     schedule = kl_schedule(cfg)
     # One process reads the same permutation as the shards of N processes put together, so a
     # run on N processes with batch B sees the global batches of one process with batch N * B.
@@ -259,10 +258,9 @@ def run(cfg: DictConfig, progress: bool = True) -> Dict:
         for epoch in range(start_epoch, cfg.train.epochs):
             sampler.set_epoch(epoch)
             loader = DataLoader(train_set, cfg.train.batch_size, sampler=sampler, collate_fn=collate,
-                                num_workers=cfg.train.num_workers, drop_last=True,
-                                pin_memory=env.device.type == "cuda")
+                                num_workers=cfg.train.num_workers, drop_last=True, pin_memory=runtime.pin_memory)
             epoch_start = time.perf_counter()
-            sums, update = train_epoch(ddp_model, loader, optimizer, scheduler, schedule, collect_kl, update, cfg, env,
+            sums, update = train_epoch(ddp_model, loader, optimizer, scheduler, schedule, collect_kl, update, cfg, runtime,
                                        logger, progress and env.is_main, f"epoch {epoch + 1}/{cfg.train.epochs}")
             seconds = time.perf_counter() - epoch_start
             trained_questions += sums["n"] * env.world_size
@@ -271,14 +269,14 @@ def run(cfg: DictConfig, progress: bool = True) -> Dict:
                    "train_kl": sums["kl"] / max(sums["n"], 1), "seconds": seconds,
                    "lr": scheduler.get_last_lr()[0]}
             if eval_loader is not None:
-                accuracy, predictions = evaluate_epoch(model, eval_loader, eval_annotations, answers, env.device,
+                accuracy, predictions = evaluate_epoch(model, eval_loader, eval_annotations, answers, runtime,
                                                        progress)
                 row["eval"] = accuracy
                 logger.log(update, **{"val/accuracy": accuracy["overall"],
                                       **{f"val/{k}": v for k, v in accuracy["per_answer_type"].items()}})
             history.append(row)
             if env.is_main:
-                checkpointer.save(epoch, model, optimizer, scheduler, extra={"history": history})
+                checkpointer.save(epoch, model, optimizer, scheduler, extra={"history": history}, scaler=runtime.scaler)
                 tqdm.write(f"epoch {epoch + 1}: train BCE/question {row['train_bce_per_question']:.4f}"
                            + (f", {cfg.data.eval_split} accuracy {row['eval']['overall']:.2f}" if "eval" in row else ""))
     finally:
@@ -291,7 +289,7 @@ def run(cfg: DictConfig, progress: bool = True) -> Dict:
         to_dict(cfg), attention=cfg.attention.name, epochs=history,
         final_eval=history[-1].get("eval") if history else None,
         questions_per_second_train=trained_questions / train_seconds if train_seconds else None,
-        wall_seconds_this_run=time.perf_counter() - start, world_size=env.world_size,
+        wall_seconds_this_run=time.perf_counter() - start, world_size=env.world_size, runtime=runtime.describe(),
         checkpoint=str(checkpointer.paths()[-1]) if checkpointer.paths() else None)
     if env.is_main:
         atomic_write_json(out_dir / "results.json", results)
@@ -313,7 +311,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         cfg = load_config(overrides, args.config)
         results = run(cfg, progress=not args.no_progress)
-    except (VQADataError, ValueError, FileNotFoundError) as err:
+    except (VQADataError, DeviceError, ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     final = results["final_eval"]

@@ -37,7 +37,23 @@ def training_parser(prog: str, description: str, defaults: str, example: str,
 def add_device_option(parser: argparse.ArgumentParser, default: Optional[str] = None) -> None:
     """``--device auto|cpu|cuda|cuda:N`` (see :mod:`common.utils.runtime`)."""
     parser.add_argument("--device", default=default, metavar="DEVICE",
-                        help="auto (CUDA when available), cpu, cuda or cuda:N (default: the config's device, auto)")
+                        help="auto (CUDA when available), cpu, cuda or cuda:N "
+                             f"(default: {default or 'the config key device, auto'})")
+
+
+def add_runtime_options(parser: argparse.ArgumentParser) -> None:
+    """``--device``, ``--precision`` and ``--threads`` of the evaluate / translate / visualize CLIs."""
+    add_device_option(parser, default="auto")
+    parser.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32",
+                        help="autocast precision of the model (default fp32)")
+    parser.add_argument("--threads", type=int, help="torch threads (default: torch's; 1 on a busy shared CPU)")
+
+
+def runtime_from(args: argparse.Namespace):
+    """The :class:`~common.utils.runtime.Runtime` that :func:`add_runtime_options` describe."""
+    from .runtime import Runtime
+
+    return Runtime.create(args.device, args.precision, threads=args.threads)
 
 
 def overrides_from(args: argparse.Namespace, options: Optional[Mapping[str, Any]] = None) -> list[str]:

@@ -39,10 +39,11 @@ def normalised_boxes(boxes: Tensor, image_size: Tensor) -> Tensor:
 
 def model_inputs(batch: Dict, device: torch.device) -> Dict[str, Tensor]:
     """The keyword arguments of ``LxmertForQuestionAnswering`` for a :func:`vqa.data.collate` batch."""
-    return {
-        "input_ids": batch["question_tokens"].to(device),
-        "attention_mask": batch["question_mask"].long().to(device),
-        "visual_feats": batch["features"].to(device),
-        "visual_pos": normalised_boxes(batch["boxes"], batch["image_size"]).to(device),
-        "visual_attention_mask": batch["region_mask"].long().to(device),
+    inputs = {
+        "input_ids": batch["question_tokens"],
+        "attention_mask": batch["question_mask"].long(),
+        "visual_feats": batch["features"],
+        "visual_pos": normalised_boxes(batch["boxes"], batch["image_size"]),
+        "visual_attention_mask": batch["region_mask"].long(),
     }
+    return {name: value.to(device, non_blocking=True) for name, value in inputs.items()}

@@ -22,6 +22,8 @@ from torch.utils.data import DataLoader
 from transformers import LxmertConfig
 
 from common.utils import Checkpointer, atomic_write_json, results_record
+from common.utils.cli import add_runtime_options, runtime_from
+from common.utils.runtime import DeviceError, Runtime
 from vqa.answers import AnswerVocab, answers_of
 from vqa.data import VQADataError, VQADataset, data_path, load_split
 from vqa.evaluation import vqa_accuracy, write_submission
@@ -52,22 +54,24 @@ def load_run(run_dir: Path, data_root: Optional[str] = None):
 
 
 def evaluate_run(run_dir: Path, split: Optional[str] = None, data_root: Optional[str] = None, prune: bool = True,
-                 batch_size: Optional[int] = None, progress: bool = True) -> Dict:
+                 batch_size: Optional[int] = None, progress: bool = True, runtime: Optional[Runtime] = None) -> Dict:
+    """Predict and score ``split`` with the run's newest weights on ``runtime``'s device (default: the CPU)."""
+    runtime = runtime or Runtime(torch.device("cpu"))
     run_dir = Path(run_dir)
     cfg, answers, model, checkpoint = load_run(run_dir, data_root)
     split = split or cfg.data.eval_split
     if not split:
         raise ValueError("the run has no data.eval_split; pass --split")
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = runtime.device
     model.to(device)
     adaptation = adaptation_of(cfg)
     questions, annotations, store = load_split(cfg, split)
     encode = bert_encoder(data_path(cfg, cfg.data.vocab), cfg.data.max_words)
     dataset = VQADataset(questions, annotations, store, answers, encode, 0, cfg.data.max_regions)
     loader = DataLoader(dataset, batch_size or cfg.train.eval_batch_size, collate_fn=dataset.collate,
-                        num_workers=cfg.train.num_workers)
+                        num_workers=cfg.train.num_workers, pin_memory=runtime.pin_memory)
     prune = prune and cfg.model.prune_at_eval
-    ids, logits = predict(model, loader, device, prune, adaptation, progress)
+    ids, logits = predict(model, loader, runtime, prune, adaptation, progress)
     predictions = answers_of(ids, logits, answers)
     predictions_path = write_submission(run_dir / f"{split}_predictions.json", predictions)
     kept = {stack: getattr(adaptation.layerdrop, stack) for stack in ("language", "vision", "cross")}
@@ -79,7 +83,8 @@ def evaluate_run(run_dir: Path, split: Optional[str] = None, data_root: Optional
         accuracy=vqa_accuracy(annotations, predictions).summary() if annotations is not None else None,
         pruned=prune and adaptation.layerdrop.active,
         layers_pruned_per_stack=kept if prune and adaptation.layerdrop.active else None,
-        flops_per_question=measure_flops(model, cfg, adaptation, device), predictions=str(predictions_path))
+        flops_per_question=measure_flops(model, cfg, adaptation, device), predictions=str(predictions_path),
+        runtime=runtime.describe())
     atomic_write_json(run_dir / f"eval_{split}.json", record)
     return record
 
@@ -93,11 +98,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help="run every layer even when the run prunes at evaluation (model.prune_at_eval)")
     parser.add_argument("--batch-size", type=int, help="evaluation batch size (default: the run's)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_runtime_options(parser)
     args = parser.parse_args(argv)
     try:
         record = evaluate_run(Path(args.run), args.split, args.data_root, not args.no_prune, args.batch_size,
-                              not args.no_progress)
-    except (VQADataError, FileNotFoundError, ValueError) as err:
+                              not args.no_progress, runtime_from(args))
+    except (VQADataError, DeviceError, FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     accuracy = record["accuracy"]

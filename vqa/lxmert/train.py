@@ -18,6 +18,9 @@ Everything goes to ``out_dir`` (default ``runs/lxmert/<variant>``): ``config.jso
 ``spans.png`` / ``alphas.png`` (the paper's Figures 1 and 3), the eval split's predictions in the
 official results format, and ``results.json`` (accuracy per epoch, FLOPs full and pruned, config,
 library versions).
+
+``--device``, ``train.precision`` and ``train.compile`` choose where and how it computes
+(:mod:`common.utils.runtime`); a checkpoint resumes on any device.
 """
 from __future__ import annotations
 
@@ -43,6 +46,7 @@ from common.utils import (
 )
 from common.utils.cli import overrides_from, training_parser
 from common.utils.config import check_resumable, layer_configs, packaged_config, to_dict
+from common.utils.runtime import DeviceError, Runtime
 from vqa.answers import AnswerVocab, answers_of
 from vqa.data import VQADataError, VQADataset, data_path, load_split
 from vqa.evaluation import vqa_accuracy, write_submission
@@ -57,8 +61,9 @@ from .plots import plot_head_values
 
 CONFIG_NAME = "lxmert.yaml"
 #: keys that may change when a run is resumed (where files go, speed and logging knobs)
-RESUMABLE_KEYS = ("data_root", "out_dir", "model.pretrained", "train.max_steps", "train.num_workers",
-                  "train.num_threads", "train.eval_batch_size", "train.log_every", "train.checkpoint_every")
+RESUMABLE_KEYS = ("data_root", "out_dir", "device", "model.pretrained", "train.max_steps", "train.num_workers",
+                  "train.num_threads", "train.eval_batch_size", "train.log_every", "train.checkpoint_every",
+                  "train.precision", "train.compile")
 PACKAGES = ("attention-suite", "torch", "transformers", "torch-optimizer", "entmax", "h5py", "numpy", "omegaconf")
 
 
@@ -107,15 +112,15 @@ def prepare_model(cfg: DictConfig, out_dir: Path, answers: AnswerVocab, resuming
 
 
 @torch.no_grad()
-def predict(model, loader: DataLoader, device: torch.device, prune: bool, adaptation: Adaptation,
+def predict(model, loader: DataLoader, runtime: Runtime, prune: bool, adaptation: Adaptation,
             progress: bool = True) -> Tuple[List[int], torch.Tensor]:
     """Question ids and answer logits of every question in ``loader`` (eval mode, pruned if asked)."""
     model.eval()
     ids, logits = [], []
     context = pruned_layers(model, adaptation.layerdrop) if prune and adaptation.layerdrop.active else nullcontext()
-    with context:
+    with context, runtime.autocast():
         for batch in tqdm(loader, desc="eval", leave=False, disable=None if progress else True, mininterval=2.0):
-            logits.append(model(**model_inputs(batch, device)).question_answering_score.float().cpu())
+            logits.append(model(**model_inputs(batch, runtime.device)).question_answering_score.float().cpu())
             ids += batch["question_id"].tolist()
     return ids, torch.cat(logits)
 
@@ -144,9 +149,8 @@ def _batches(size: int, batch_size: int, seed: int, epoch: int) -> List[List[int
 
 def run(cfg: DictConfig, progress: bool = True) -> Dict:
     """Train (or resume) the run described by ``cfg``; returns its results record."""
-    if cfg.train.num_threads:
-        torch.set_num_threads(cfg.train.num_threads)
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    runtime = Runtime.create(cfg.device, cfg.train.precision, cfg.train.compile, threads=cfg.train.num_threads)
+    device = runtime.device
     seed_everything(cfg.seed, deterministic=cfg.train.deterministic)
     out_dir = default_out_dir(cfg)
     checkpointer = Checkpointer(out_dir, keep=2)
@@ -175,10 +179,12 @@ def run(cfg: DictConfig, progress: bool = True) -> Dict:
                                f"with python -m vqa.lxmert.evaluate --split {cfg.data.eval_split} after training")
         eval_set = VQADataset(qs, eval_annotations, store, answers, encode, 0, cfg.data.max_regions)
         eval_loader = DataLoader(eval_set, cfg.train.eval_batch_size, collate_fn=eval_set.collate,
-                                 num_workers=cfg.train.num_workers, generator=_own_generator(cfg.seed))
+                                 num_workers=cfg.train.num_workers, generator=_own_generator(cfg.seed),
+                                 pin_memory=runtime.pin_memory)
 
     model, report = prepare_model(cfg, out_dir, answers, resuming)
     model.to(device)
+    forward = runtime.compile(model)
     steps_per_epoch = len(train_set) // cfg.train.batch_size
     if steps_per_epoch == 0:
         raise ValueError(f"train.batch_size={cfg.train.batch_size} exceeds the {len(train_set)} training questions")
@@ -191,7 +197,7 @@ def run(cfg: DictConfig, progress: bool = True) -> Dict:
         answers.save(out_dir / "answers.json")
         if report is not None:
             atomic_write_json(out_dir / "pretrained.json", asdict(report))
-    state = checkpointer.load_latest(model, optimizer, scheduler, map_location=device)
+    state = checkpointer.load_latest(model, optimizer, scheduler, map_location=device, scaler=runtime.scaler)
     step = 0 if state is None else state["step"]
     history: List[Dict] = [] if state is None else state["extra"]["history"]
     schedule = kl_schedule(cfg)
@@ -201,34 +207,30 @@ def run(cfg: DictConfig, progress: bool = True) -> Dict:
     if step == 0:
         logger.log(0, **head_parameters(model))
     start, predictions = time.perf_counter(), {}
+    clip = (lambda: torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip)) \
+        if cfg.optim.grad_clip else None
     try:
         while step < total_steps:
             epoch, skip = divmod(step, steps_per_epoch)
             batches = _batches(len(train_set), cfg.train.batch_size, cfg.seed, epoch)[skip:]
             batches = batches[:total_steps - step]
             loader = DataLoader(train_set, batch_sampler=batches, collate_fn=collate, num_workers=cfg.train.num_workers,
-                                generator=_own_generator(cfg.seed))
+                                generator=_own_generator(cfg.seed), pin_memory=runtime.pin_memory)
             model.train()
             bar = tqdm(loader, desc=f"epoch {epoch + 1}/{cfg.train.epochs}", leave=False,
                        disable=None if progress else True, mininterval=2.0)
             for batch in bar:
                 optimizer.zero_grad(set_to_none=True)
-                target = batch["target"].to(device)
-                if collect:
-                    with attention.aux_losses() as aux:
-                        logits = model(**model_inputs(batch, device)).question_answering_score
-                    terms = aux.by_name()
-                else:
-                    logits, terms = model(**model_inputs(batch, device)).question_answering_score, {}
-                bce = vqa_loss(logits, target)
+                target = batch["target"].to(device, non_blocking=True)
+                with runtime.autocast(), attention.aux_losses() if collect else nullcontext() as aux:
+                    logits = forward(**model_inputs(batch, device)).question_answering_score
+                terms = aux.by_name() if collect else {}
+                bce = vqa_loss(logits.float(), target)
                 kl_weight = schedule(step)
                 span_penalty = terms.get("adaptive_span", torch.zeros((), device=device))
                 kl = terms.get("bam_kl", torch.zeros((), device=device))
                 loss = bce + span_penalty + kl_weight * kl
-                loss.backward()
-                if cfg.optim.grad_clip:
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip)
-                optimizer.step()
+                runtime.backward_step(loss, optimizer, clip)
                 scheduler.step()
                 attention.clamp_spans(model)
                 step += 1
@@ -243,15 +245,16 @@ def run(cfg: DictConfig, progress: bool = True) -> Dict:
                     row = {"epoch": epoch, "step": step, "train_bce_last": bce.item()}
                     logger.log(step, **head_parameters(model))
                     if eval_loader is not None:
-                        ids, eval_logits = predict(model, eval_loader, device, cfg.model.prune_at_eval, adaptation,
-                                                   progress)
+                        ids, eval_logits = predict(model, eval_loader, runtime, cfg.model.prune_at_eval,
+                                                   adaptation, progress)
                         predictions = answers_of(ids, eval_logits, answers)
                         row["eval"] = vqa_accuracy(eval_annotations, predictions).summary()
                         logger.log(step, **{"val/accuracy": row["eval"]["overall"]})
                         model.train()
                     history.append(row)
                 if epoch_end or step % cfg.train.checkpoint_every == 0:
-                    checkpointer.save(step, model, optimizer, scheduler, extra={"history": history})
+                    checkpointer.save(step, model, optimizer, scheduler, extra={"history": history},
+                                      scaler=runtime.scaler)
             bar.close()
     finally:
         logger.close()
@@ -266,7 +269,7 @@ def run(cfg: DictConfig, progress: bool = True) -> Dict:
         parameters=sum(p.numel() for p in model.parameters()),
         pretrained=_load_summary(out_dir / "pretrained.json"),
         plots={k: str(v) for k, v in plots.items() if v is not None},
-        wall_seconds_this_run=time.perf_counter() - start,
+        wall_seconds_this_run=time.perf_counter() - start, runtime=runtime.describe(),
         checkpoint=str(checkpointer.paths()[-1]) if checkpointer.paths() else None)
     results["environment"]["packages"].update(_versions())
     atomic_write_json(out_dir / "results.json", results)
@@ -312,7 +315,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         cfg = load_config(args.variant, overrides, args.config)
         results = run(cfg, progress=not args.no_progress)
-    except (VQADataError, PretrainedError, FileNotFoundError, ValueError) as err:
+    except (VQADataError, PretrainedError, DeviceError, FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     final = results["final_eval"]
