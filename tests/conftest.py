@@ -26,6 +26,18 @@ except ImportError:  # pragma: no cover - torch is a requirement
     pass
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``cuda`` (tests/gpu) skip where there is no CUDA GPU."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (none here)")
+    for item in items:
+        if item.get_closest_marker("cuda"):
+            item.add_marker(skip)
+
+
 @pytest.fixture
 def one_thread():
     """One torch thread for the test, restored afterwards: tiny models run fastest that way on a
