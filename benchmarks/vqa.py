@@ -1,6 +1,7 @@
 """MCAN-small throughput: questions per second in training and inference, BAM vs softmax.
 
     python benchmarks/vqa.py [--attention softmax bam-wc] [--batch-size 16] [--repeats 5] [--threads 2]
+    python benchmarks/vqa.py --device cuda --batch-size 64 --precision fp32 bf16 --compile off on
 
 One run measures every attention variant side by side on the same synthetic batch (MCAN-small:
 hidden 512, 8 heads, 6 + 6 layers, 14 question tokens, 100 regions of 2048-d features, 3,129
@@ -11,9 +12,11 @@ processes hits all alike; the median of ``--repeats`` is reported.
   sample and the KL of all 26 attentions), summed BCE + 0.01 * KL, backward, Adam step.
 * ``inference``: eval mode under ``no_grad`` (BAM: the posterior mean).
 
+Every variant runs in every ``--precision`` (autocast) and ``--compile`` (``torch.compile`` of
+the model) setting; on CUDA each step ends with a synchronisation, so wall times are the GPU's.
 Writes ``benchmarks/results/vqa.json`` with questions/s (from the median wall time) and each
-variant's cost relative to softmax as the ratio of median wall times and of median process CPU
-times (issue 7's target: BAM within 1.3x of softmax). On a CPU shared with other jobs the wall
+row's cost relative to the fp32, uncompiled softmax step as the ratio of median wall times and
+of median process CPU times (issue 7's target: BAM within 1.3x of softmax). On a CPU shared with other jobs the wall
 times of single steps swing widely; the CPU time of this process is much less disturbed by the
 neighbours, and with ``--threads 1`` (the default; two threads on two busy cores ran 3x slower
 from OpenMP contention) it is exact bookkeeping of the step's own work.
@@ -33,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from common import attention  # noqa: E402
 from common.utils import atomic_write_json, environment  # noqa: E402
+from common.utils.runtime import Runtime  # noqa: E402
 from vqa.mcan import MCAN, MCANConfig  # noqa: E402
 
 from _measure import interleaved_wall_cpu  # noqa: E402
@@ -53,23 +57,28 @@ def synthetic_batch(batch: int, length: int, regions: int, vocab: int, answers: 
     return (tokens, q_mask, features, r_mask), target
 
 
-def train_step(model: MCAN, optimizer, inputs, target) -> Callable[[], None]:
+def train_step(model: MCAN, optimizer, inputs, target, runtime: Runtime) -> Callable[[], None]:
+    forward = runtime.compile(model)
+
     def step():
         model.train()
         optimizer.zero_grad(set_to_none=True)
-        with attention.aux_losses() as aux:
-            logits = model(*inputs)
-        loss = F.binary_cross_entropy_with_logits(logits, target, reduction="sum") + 0.01 * aux.total()
-        loss.backward()
-        optimizer.step()
+        with runtime.autocast(), attention.aux_losses() as aux:
+            logits = forward(*inputs)
+        loss = F.binary_cross_entropy_with_logits(logits.float(), target, reduction="sum") + 0.01 * aux.total()
+        runtime.backward_step(loss, optimizer)
+        runtime.synchronize()
     return step
 
 
-def inference_step(model: MCAN, inputs) -> Callable[[], None]:
+def inference_step(model: MCAN, inputs, runtime: Runtime) -> Callable[[], None]:
+    forward = runtime.compile(model)
+
     def step():
         model.eval()
-        with torch.no_grad():
-            model(*inputs)
+        with torch.no_grad(), runtime.autocast():
+            forward(*inputs)
+        runtime.synchronize()
     return step
 
 
@@ -81,42 +90,53 @@ def main(argv=None) -> int:
     parser.add_argument("--question-len", type=int, default=14)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--device", default="cpu", help="cpu (default), cuda or cuda:N")
+    parser.add_argument("--precision", nargs="+", default=["fp32"], choices=("fp32", "bf16", "fp16"))
+    parser.add_argument("--compile", nargs="+", default=["off"], choices=("off", "on"))
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
     if "softmax" not in args.attention:
         parser.error("--attention must include softmax, the reference of the ratios")
     torch.set_num_threads(args.threads)
+    device = Runtime.create(args.device).device
     vocab, answers = 20_000, 3129
-    inputs, target = synthetic_batch(args.batch_size, args.question_len, args.regions, vocab, answers)
+    inputs, target = Runtime(device).to_device(synthetic_batch(args.batch_size, args.question_len, args.regions,
+                                                               vocab, answers))
+    reference = "softmax/fp32/compile-off"  # today's step: fp32, eager
+    rows = dict.fromkeys([reference] + [f"{name}/{precision}/compile-{compiled}" for name in args.attention
+                                        for precision in args.precision for compiled in args.compile])
     train_fns, infer_fns = {}, {}
-    for name in args.attention:
+    for row in rows:
+        name, precision, compiled = row.split("/")
+        runtime = Runtime(device, precision, compiled == "compile-on")
         torch.manual_seed(0)
-        model = MCAN(MCANConfig(vocab_size=vocab, num_answers=answers, attention=name))
+        model = MCAN(MCANConfig(vocab_size=vocab, num_answers=answers, attention=name)).to(device)
         optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
-        train_fns[name] = train_step(model, optimizer, inputs, target)
-        infer_fns[name] = inference_step(model, inputs)
+        train_fns[row] = train_step(model, optimizer, inputs, target, runtime)
+        infer_fns[row] = inference_step(model, inputs, runtime)
     start = time.perf_counter()
-    train = interleaved_wall_cpu(train_fns, args.repeats)
-    infer = interleaved_wall_cpu(infer_fns, args.repeats)
+    train = interleaved_wall_cpu(train_fns, args.repeats, warmup=2)
+    infer = interleaved_wall_cpu(infer_fns, args.repeats, warmup=2)
     results = {}
-    for name in args.attention:
-        results[name] = {}
+    for row in train_fns:
+        results[row] = {}
         for phase, times in (("train", train), ("inference", infer)):
-            t, ref = times[name], times["softmax"]
-            results[name][phase] = {
+            t, ref = times[row], times[reference]
+            results[row][phase] = {
                 **{f"{k}_per_batch": v for k, v in t.items()},
                 "questions_per_second": 1e3 * args.batch_size / t["wall_median_ms"],
-                "cpu_time_vs_softmax": t["cpu_median_ms"] / ref["cpu_median_ms"],
-                "wall_time_vs_softmax": t["wall_median_ms"] / ref["wall_median_ms"],
+                "cpu_time_vs_softmax_fp32": t["cpu_median_ms"] / ref["cpu_median_ms"],
+                "wall_time_vs_softmax_fp32": t["wall_median_ms"] / ref["wall_median_ms"],
             }
     payload = {"benchmark": "MCAN-small questions/s", "batch_size": args.batch_size, "regions": args.regions,
                "question_len": args.question_len, "repeats": args.repeats, "threads": args.threads,
-               "wall_seconds": time.perf_counter() - start, "results": results, "environment": environment()}
+               "reference": reference, "wall_seconds": time.perf_counter() - start, "results": results,
+               "environment": environment() | Runtime(device).describe()}
     atomic_write_json(args.out, payload)
-    for name, r in results.items():
-        print(f"{name:10s}" + "".join(
-            f"  {phase} {r[phase]['questions_per_second']:6.2f} q/s (vs softmax: CPU time "
-            f"{r[phase]['cpu_time_vs_softmax']:.2f}x, wall {r[phase]['wall_time_vs_softmax']:.2f}x)"
+    for row, r in results.items():
+        print(f"{row:28s}" + "".join(
+            f"  {phase} {r[phase]['questions_per_second']:7.2f} q/s (vs {reference}: CPU time "
+            f"{r[phase]['cpu_time_vs_softmax_fp32']:.2f}x, wall {r[phase]['wall_time_vs_softmax_fp32']:.2f}x)"
             for phase in ("train", "inference")))
     print(f"-> {args.out}")
     return 0
