@@ -16,8 +16,8 @@ dim 0 and an index says where each image's rows start and how many there are::
     /committed    [1]     int64   images whose regions and index rows are fully written
     attrs: format, version, feature_dim, complete, num_images
 
-Files use HDF5's newest format (``libver="latest"``, HDF5 >= 1.10), which the writer's
-single-writer/multiple-reader mode needs. A writer works on ``<path>.partial``
+Files use HDF5's 1.10 format (``LIBVER``), which the writer's single-writer/multiple-reader
+mode needs; HDF5 libraries from 1.10 on read them. A writer works on ``<path>.partial``
 (``partial_path``), with ``complete`` false, and renames it to ``<path>`` only after setting
 ``complete`` and ``num_images``: a file under its final name is whole. In a partial file
 left by a killed run, index rows past ``committed`` and regions past the last committed
@@ -45,7 +45,8 @@ IMAGE_NAMES = "image_names"
 ORIGINS = "origins"
 SOURCES = "sources"
 COMMITTED = "committed"
-LIBVER = "latest"
+#: HDF5 format bounds: SWMR writing needs at least the 1.10 format, and 1.10 libraries can read it.
+LIBVER = ("v110", "latest")
 INDEX = (IMAGE_IDS, FIRST_REGION, NUM_REGIONS, IMAGE_SIZE, IMAGE_NAMES, ORIGINS)
 LEGACY_INDEX = INDEX[:4]
 COMPLETE = "complete"

@@ -82,7 +82,7 @@ def open_for_writing(path: Path) -> h5py.File:
     """``path`` opened straight into SWMR write mode (no moment in plain write mode, whose
     interruption would leave a file HDF5 can no longer open)."""
     access = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
-    access.set_libver_bounds(h5py.h5f.LIBVER_LATEST, h5py.h5f.LIBVER_LATEST)
+    access.set_libver_bounds(h5py.h5f.LIBVER_V110, h5py.h5f.LIBVER_LATEST)  # layout.LIBVER
     return h5py.File(h5py.h5f.open(os.fsencode(path), h5py.h5f.ACC_RDWR | h5py.h5f.ACC_SWMR_WRITE, fapl=access))
 
 

@@ -102,6 +102,7 @@ class RegionFeatureWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock.acquire()
         try:
+            staging_path(self.partial).unlink(missing_ok=True)  # left by a run killed while building it
             published = self._check_published()
             expected = merge(published or [], self.sources)
             if not self.partial.exists():

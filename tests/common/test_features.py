@@ -171,6 +171,7 @@ def test_interrupted_writer_publishes_nothing_and_resumes(tmp_path):
 
 
 def test_a_failed_start_leaves_no_file(tmp_path):
+    (tmp_path / "f.h5.partial.new").write_bytes(b"left by a run killed while building its work file")
     with pytest.raises(RegionFeatureError, match="bad input"):
         with RegionFeatureWriter(tmp_path / "f.h5", feature_dim=DIM):
             raise RegionFeatureError("bad input")
