@@ -92,9 +92,9 @@ class RegionFeatureWriter:
             return
         self.suspend()
         if isinstance(exc, RegionFeatureError) and self.partial.exists():
-            raise RegionFeatureError(f"{exc}\n{self.partial} keeps the {len(self)} images written so far; fix the "
-                                     f"input and re-run the same command to resume (or delete it to start "
-                                     f"over)") from exc
+            raise RegionFeatureError(f"{exc}\n{self.partial} keeps the {len(self)} images written so far. A "
+                                     f"re-run resumes it only while the inputs are unchanged: once you have fixed "
+                                     f"the input, delete it and re-run the command") from exc
 
     # --- opening: a new, copied or resumed partial file ---
 

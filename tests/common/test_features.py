@@ -179,8 +179,8 @@ def test_a_failed_start_leaves_no_file(tmp_path):
 
 
 def test_an_error_says_where_the_work_so_far_is(tmp_path):
-    with pytest.raises(RegionFeatureError, match=r"bad input\n.*f\.h5\.partial keeps the 1 images written so far; "
-                                                 r"fix the input and re-run the same command to resume"):
+    with pytest.raises(RegionFeatureError, match=r"bad input\n.*f\.h5\.partial keeps the 1 images written so far\. "
+                                                 r"A re-run resumes it only while the inputs are unchanged"):
         with RegionFeatureWriter(tmp_path / "f.h5", feature_dim=DIM) as writer:
             _add(writer, 1)
             raise RegionFeatureError("bad input")

@@ -181,8 +181,9 @@ def test_a_bad_row_midway_publishes_nothing_and_keeps_the_work(tmp_path, fixture
     path = _rewrite(fixtures["bottom-up-tsv"], tmp_path / "bad.tsv", corrupt)
     output = tmp_path / "out.h5"
     with pytest.raises(RegionFeatureError, match=r"bad\.tsv, line 3 \(image id 273052\): field 'boxes' .*\n.*"
-                                                 r"out\.h5\.partial keeps the 2 images written so far; fix the input "
-                                                 r"and re-run the same command to resume"):
+                                                 r"out\.h5\.partial keeps the 2 images written so far\. A re-run "
+                                                 r"resumes it only while the inputs are unchanged: once you have fixed "
+                                                 r"the input, delete it and re-run the command"):
         convert(bottom_up_tsv.entries(path, DIM), output, [bottom_up_tsv.source(path)], feature_dim=DIM,
                 progress=False)
     assert not output.exists()
