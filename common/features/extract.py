@@ -13,14 +13,16 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, List, Protocol, Tuple, Union
+from typing import Iterable, List, Protocol, Sequence, Tuple, Union
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
-from .formats._common import trailing_image_id
-from .store import RegionFeatureError
+from .convert import up_to_date
+from .errors import RegionFeatureError
+from .names import numeric_id
+from .sources import Source, directory_record, input_file
 from .writer import RegionFeatureWriter
 
 PathLike = Union[str, os.PathLike]
@@ -112,33 +114,48 @@ def load_image(path: PathLike) -> np.ndarray:
         raise RegionFeatureError(f"{path}: cannot read the image ({err})") from err
 
 
+def _images(path: Path) -> List[Path]:
+    """``path`` if it is an image file, the image files in it if it is a directory."""
+    if not path.exists():
+        raise RegionFeatureError(f"{path}: no such image file or directory; check the path")
+    candidates = sorted(path.iterdir()) if path.is_dir() else [path]
+    return [candidate for candidate in candidates if candidate.suffix.lower() in IMAGE_SUFFIXES]
+
+
 def image_files(paths: Iterable[PathLike]) -> List[Tuple[int, Path]]:
-    """(image id, path) of the given images and of the images in the given directories;
-    the id is the file name's trailing digits (``COCO_val2014_000000273052.jpg`` -> 273052)."""
-    found = []
-    for path in map(Path, paths):
-        candidates = sorted(path.iterdir()) if path.is_dir() else [path]
-        for candidate in candidates:
-            if candidate.suffix.lower() not in IMAGE_SUFFIXES:
-                continue
-            image_id = trailing_image_id(candidate.stem)
-            if image_id is None:
-                raise RegionFeatureError(f"{candidate}: the file name does not end in a numeric image id")
-            found.append((image_id, candidate))
+    """(image id, path) of the given images and of the images in the given directories; the id
+    is ``names.numeric_id`` of the file name's stem (``COCO_val2014_000000273052.jpg`` -> 273052,
+    ``2410371.jpg`` -> 2410371; another name gets a hashed id and is kept as the image's name)."""
+    paths = [Path(path) for path in paths]
+    found = [(numeric_id(image.stem), image) for path in paths for image in _images(path)]
     if not found:
         raise RegionFeatureError(f"no {'/'.join(IMAGE_SUFFIXES)} images in {[str(p) for p in paths]}")
     return found
 
 
+def image_sources(paths: Iterable[PathLike]) -> List[Source]:
+    """The records of the extraction's inputs (image files and directories) that the store keeps."""
+    return [directory_record(path, "images", _images(path)) if path.is_dir() else input_file(path, "images", "an image")
+            for path in map(Path, paths)]
+
+
 def extract(images: Iterable[Tuple[int, Path]], detector: Detector, output: PathLike,
             selection: Selection = Selection(), feature_dim: int = 2048, dtype: str = "float16",
-            progress: bool = True) -> dict:
-    """Detect, select and store the regions of every image not yet in ``output`` (resumable)."""
+            progress: bool = True, append: bool = False, sources: Sequence[Source] = ()) -> dict:
+    """Detect, select and store the regions of every image not yet in ``output``. Resumable,
+    published only when complete, and a no-op when ``output`` already records ``sources``
+    (``image_sources``), as ``convert.convert``; ``append`` adds to an existing ``output``."""
     images = list(images)
+    done = up_to_date(Path(output), list(sources))
+    if done is not None:
+        return {"written": 0, "skipped": 0, "images": done}
     counts = {"written": 0, "skipped": 0}
-    with RegionFeatureWriter(output, feature_dim=feature_dim, dtype=dtype) as writer:
+    with RegionFeatureWriter(output, feature_dim=feature_dim, dtype=dtype, append=append,
+                             sources=sources) as writer:
         for image_id, path in tqdm(images, unit="img", desc=Path(output).name, disable=not progress):
-            if image_id in writer:
+            origin = os.path.abspath(path)
+            name = path.stem if numeric_id(path.stem) == image_id else None  # ids of image_files are named
+            if writer.already_stored(image_id, origin, name):
                 counts["skipped"] += 1
                 continue
             image = load_image(path)
@@ -146,7 +163,7 @@ def extract(images: Iterable[Tuple[int, Path]], detector: Detector, output: Path
                 proposals = detector.detect(image)
                 kept = select_regions(proposals, selection)
             writer.add(image_id, proposals.features[kept].float().cpu(), proposals.boxes[kept].float().cpu(),
-                       image_height=image.shape[0], image_width=image.shape[1])
+                       image_height=image.shape[0], image_width=image.shape[1], name=name, origin=origin)
             counts["written"] += 1
         counts["images"] = len(writer)
     return counts

@@ -26,7 +26,7 @@ def random_region_features(image_id: int, num_regions: RegionCount = 36, feature
     """One image's synthetic regions; ``num_regions`` is a count or an inclusive (min, max)
     range (e.g. (10, 100) like the adaptive bottom-up features). Feature values are
     multiples of 1/64 in [0, 8), exact in float16, so they survive any storage dtype."""
-    rng = np.random.default_rng([seed, image_id])
+    rng = np.random.default_rng([seed, image_id % 2**64])  # ids of hashed names are negative
     low, high = (num_regions, num_regions) if isinstance(num_regions, int) else num_regions
     n = int(rng.integers(low, high + 1))
     features = rng.integers(0, 512, size=(n, feature_dim)).astype(np.float32) / 64

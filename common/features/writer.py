@@ -1,21 +1,31 @@
-"""Write region features into the HDF5 layout of ``layout.py``; resumable.
+"""Write region features into the HDF5 layout of ``layout.py``: build aside, then publish; resumable.
 
-Images are buffered and appended in batches: features and boxes first, then the index
-rows that make them visible. An interrupted conversion therefore leaves a file whose
-index lists only complete images, and reopening it with the same path continues where
-it stopped (``image_id in writer`` tells a converter what to skip).
+A writer for ``out.h5`` works on ``out.h5.partial`` (``partial.py``: locked, safe to kill)
+and renames it to ``out.h5`` only on a clean close, after marking it complete, so a file
+under the final name is always whole. Images are buffered and appended in batches; a batch
+counts (``/committed``) once its regions and index rows are flushed. Opening a writer again
+continues the partial file from its committed images; ``already_stored`` tells a converter
+what to skip, and reports an image id met at two places.
+
+Adding to a finished file needs ``append=True``: the writer copies its images into the
+partial file and publishes that, so the original stays whole and readable until the rename.
 """
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import List, Set, Union
+from typing import Dict, Iterable, List, Optional, Union
 
+import h5py
 import numpy as np
 import torch
 
 from . import layout
-from .store import RegionFeatureError, check_layout, open_hdf5
+from .errors import RegionFeatureError
+from .names import numeric_id
+from .partial import WriterLock, new_file, open_for_writing, open_killed, replace, staging_path
+from .sources import Source, describe, dumps, merge
+from .store import check_layout, open_hdf5, read_sources
 
 PathLike = Union[str, os.PathLike]
 ArrayLike = Union[np.ndarray, torch.Tensor]
@@ -26,8 +36,6 @@ ArrayLike = Union[np.ndarray, torch.Tensor]
 #: ReLU-like float16 features gzip (level 1) saved 30% of the file and lzf 12%, but random
 #: reads fell from about 4,400 images/s to about 480 and 720.
 CHUNK_ROWS = 36
-#: Index rows per chunk (image ids, offsets, sizes).
-INDEX_CHUNK = 4096
 DTYPES = ("float16", "float32")
 
 
@@ -36,103 +44,188 @@ def _as_numpy(value: ArrayLike) -> np.ndarray:
 
 
 class RegionFeatureWriter:
-    """Append the regions of many images to one HDF5 file.
+    """Append the regions of many images to one HDF5 file, published when the writer closes.
 
     >>> with RegionFeatureWriter("feats.h5") as writer:
-    ...     if 42 not in writer:
-    ...         writer.add(42, features, boxes, image_height=480, image_width=640)
+    ...     if not writer.already_stored(42, origin="a.tsv, line 1"):
+    ...         writer.add(42, features, boxes, image_height=480, image_width=640, origin="a.tsv, line 1")
 
     ``dtype`` is the storage type of the features ("float16" halves the size; values must
-    stay within +-65504). Reopening an existing file resumes it; its feature dimension and
-    dtype must match.
+    stay within +-65504). Leaving the ``with`` block normally marks the file complete and
+    renames ``<path>.partial`` to ``path``; leaving it by an exception keeps the partial file,
+    which the next writer of ``path`` resumes (its feature dimension, dtype and ``sources``
+    must match). An existing ``path`` is refused unless ``append=True``. ``sources`` are the
+    inputs' records (``sources.py``), kept in the file.
     """
 
     def __init__(self, path: PathLike, feature_dim: int = 2048, dtype: str = "float16",
-                 chunk_rows: int = CHUNK_ROWS, buffer_rows: int = 8192):
+                 chunk_rows: int = CHUNK_ROWS, buffer_rows: int = 8192, append: bool = False,
+                 sources: Iterable[Source] = ()):
         if dtype not in DTYPES:
             raise ValueError(f"dtype={dtype!r}: choose one of {DTYPES}")
         if feature_dim < 1 or chunk_rows < 1 or buffer_rows < 1:
             raise ValueError(f"feature_dim ({feature_dim}), chunk_rows ({chunk_rows}) and buffer_rows "
                              f"({buffer_rows}) must be positive")
         self.path = Path(path)
+        self.partial = layout.partial_path(self.path)
         self.feature_dim = feature_dim
         self.dtype = np.dtype(dtype)
         self.chunk_rows = chunk_rows
         self.buffer_rows = buffer_rows
+        self.append = append
+        self.sources = list(sources)
         self._file = None
-        self._ids: Set[int] = set()
+        self._lock = WriterLock(self.partial)
+        self._origins: Dict[int, str] = {}
         self._pending: List[tuple] = []
         self._pending_rows = 0
+        self._prepared_now = False
+        self._added_now = 0
 
     def __enter__(self) -> "RegionFeatureWriter":
         self.open()
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, exc, traceback) -> None:
+        if exc_type is None:
+            self.close()
+            return
+        self.suspend()
+        if isinstance(exc, RegionFeatureError) and self.partial.exists():
+            raise RegionFeatureError(f"{exc}\n{self.partial} keeps the {len(self)} images written so far. A "
+                                     f"re-run resumes it only while the inputs are unchanged: once you have fixed "
+                                     f"the input, delete it and re-run the command") from exc
+
+    # --- opening: a new, copied or resumed partial file ---
 
     def open(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = open_hdf5(self.path, "a")
+        self._lock.acquire()
         try:
-            if layout.FEATURES in self._file:
-                self._resume()
-            elif len(self._file) or len(self._file.attrs):
-                raise RegionFeatureError(f"{self.path}: an HDF5 file that is not a region-feature file (it holds "
-                                         f"{sorted(self._file)[:5]}); write to another path")
-            else:
-                self._create()
+            staging_path(self.partial).unlink(missing_ok=True)  # left by a run killed while building it
+            published = self._check_published()
+            expected = merge(published or [], self.sources)
+            if not self.partial.exists():
+                self._prepare(expected, appending=published is not None)
+            self._file = self._open_partial()
+            self._resume(expected)
         except BaseException:
-            self._file.close()
-            self._file = None
+            if self._file is not None:
+                self._file.close()
+                self._file = None
+            self._lock.release()
             raise
 
-    def _create(self) -> None:
-        file, dim = self._file, self.feature_dim
-        file.attrs.update(format=layout.FORMAT, version=layout.VERSION, feature_dim=dim)
-        rows = self.chunk_rows
-        file.create_dataset(layout.FEATURES, shape=(0, dim), maxshape=(None, dim), dtype=self.dtype,
-                            chunks=(rows, dim), fletcher32=True)
-        file.create_dataset(layout.BOXES, shape=(0, 4), maxshape=(None, 4), dtype=np.float32,
-                            chunks=(rows, 4), fletcher32=True)
-        for name, dtype, shape in ((layout.IMAGE_IDS, np.int64, ()), (layout.FIRST_REGION, np.int64, ()),
-                                   (layout.NUM_REGIONS, np.int32, ()), (layout.IMAGE_SIZE, np.int32, (2,))):
-            file.create_dataset(name, shape=(0,) + shape, maxshape=(None,) + shape, dtype=dtype,
-                                chunks=(INDEX_CHUNK,) + shape, fletcher32=True)
+    def _check_published(self) -> Optional[List[Source]]:
+        """The recorded inputs of the file already at ``path`` (None if there is none), after
+        checking that this writer may append to it."""
+        if not self.path.exists():
+            return None
+        with open_hdf5(self.path, "r") as file:
+            if file.attrs.get("format") != layout.FORMAT:
+                raise RegionFeatureError(f"{self.path}: an HDF5 file that is not a region-feature file (it holds "
+                                         f"{sorted(file)[:5]}); write to another path")
+            dim = check_layout(file, self.path, legacy=True)
+            legacy = int(file.attrs["version"]) == layout.LEGACY_VERSION
+            recorded = read_sources(file, self.path)
+            stored = np.dtype(file[layout.FEATURES].dtype)
+            count = file[layout.IMAGE_IDS].shape[0]
+        if not self.append:
+            state = ("written by an earlier version without a completeness record" if legacy else
+                     f"{count} images from {describe(recorded)}")
+            interrupted = (f"; {self.partial} holds an interrupted append: re-run with --append to finish it"
+                           if self.partial.exists() else "")
+            raise RegionFeatureError(f"{self.path} already exists ({state}); pass --append (append=True) to add "
+                                     f"these inputs to it, or write to another output{interrupted}")
+        self._check_format(dim, stored, self.path)
+        return recorded
 
-    def _resume(self) -> None:
-        file = self._file
-        if all(name in file for name in layout.INDEX):  # an interrupted flush may leave index columns uneven
-            complete = min(file[name].shape[0] for name in layout.INDEX)
-            for name in layout.INDEX:
-                file[name].resize(complete, axis=0)
-        dim = check_layout(file, self.path)
-        stored = np.dtype(file[layout.FEATURES].dtype)
+    def _check_format(self, dim: int, stored: np.dtype, path: Path) -> None:
         if dim != self.feature_dim or stored != self.dtype:
-            raise RegionFeatureError(f"{self.path}: existing file stores {dim}-d {stored} features, this writer "
+            raise RegionFeatureError(f"{path}: existing file stores {dim}-d {stored} features, this writer "
                                      f"was asked for {self.feature_dim}-d {self.dtype}; pass matching "
-                                     f"feature_dim/dtype or write to a new path")
-        self._ids = set(int(i) for i in file[layout.IMAGE_IDS][:])
-        count = file[layout.NUM_REGIONS]
-        end = int(file[layout.FIRST_REGION][-1] + count[-1]) if len(count) else 0
-        # rows written by an interrupted run after its last indexed image are dropped
-        file[layout.FEATURES].resize(end, axis=0)
-        file[layout.BOXES].resize(end, axis=0)
+                                     f"feature_dim/dtype (--feature-dim/--dtype) or write to a new path")
+
+    def _prepare(self, expected: List[Source], appending: bool) -> None:
+        """Make the partial file: an empty one, or one holding the published file's images."""
+        staging = staging_path(self.partial)
+        if appending:
+            with open_hdf5(self.path, "r") as published:
+                new_file(staging, self.feature_dim, self.dtype, self.chunk_rows, dumps(expected), source=published)
+        else:
+            new_file(staging, self.feature_dim, self.dtype, self.chunk_rows, dumps(expected))
+        replace(staging, self.partial)
+        self._prepared_now = True
+
+    def _open_partial(self) -> h5py.File:
+        """The partial file, open for writing; first rebuilt if a killed writer left it open."""
+        try:
+            return open_for_writing(self.partial)
+        except OSError as err:
+            if "already open for write" not in str(err):
+                raise RegionFeatureError(f"{self.partial}: cannot open the work file ({err}); it is damaged: delete "
+                                         f"it and re-run the command to start over") from err
+        staging = staging_path(self.partial)  # this writer holds the lock: the one that left it open was killed
+        with open_killed(self.partial) as killed:
+            features = killed[layout.FEATURES]
+            new_file(staging, features.shape[1], features.dtype, features.chunks[0],
+                     killed[layout.SOURCES].asstr()[()], source=killed)
+        replace(staging, self.partial)
+        return open_for_writing(self.partial)
+
+    def _resume(self, expected: List[Source]) -> None:
+        """Check the partial file against this writer and load its image ids and origins."""
+        file = self._file
+        dim = check_layout(file, self.partial)
+        self._check_format(dim, np.dtype(file[layout.FEATURES].dtype), self.partial)
+        recorded = read_sources(file, self.partial)
+        if recorded != expected:
+            raise RegionFeatureError(f"{self.partial}: an unfinished conversion of other inputs "
+                                     f"({describe(recorded)}); this one reads {describe(expected)}. Re-run the "
+                                     f"command that started it to finish it, or delete {self.partial} to start over")
+        file.attrs[layout.COMPLETE] = False  # in case a run stopped between marking it and renaming it
+        ids = file[layout.IMAGE_IDS][:].tolist()
+        self._origins = dict(zip(ids, file[layout.ORIGINS].asstr()[:].tolist()))
+
+    # --- adding images ---
 
     def __contains__(self, image_id) -> bool:
-        return int(image_id) in self._ids
+        return int(image_id) in self._origins
 
     def __len__(self) -> int:
-        return len(self._ids)
+        return len(self._origins)
 
-    def add(self, image_id: int, features: ArrayLike, boxes: ArrayLike, image_height: int, image_width: int) -> None:
-        """Queue one image: ``features`` [N, D], ``boxes`` [N, 4] (x1, y1, x2, y2 pixels)."""
+    def already_stored(self, image_id: int, origin: str, name: Optional[str] = None) -> bool:
+        """Whether ``image_id`` is stored from ``origin`` (by an interrupted run: skip it).
+
+        An id stored from another place is a duplicate: an error naming both places (a
+        store keeps one image per id, so one of the two would be lost)."""
+        stored = self._origins.get(int(image_id))
+        if stored is None:
+            return False
+        if stored in (origin, ""):  # "": a file of layout version 1 recorded no origins
+            return True
+        what = f"image {name!r} (id {int(image_id)})" if name else f"image id {int(image_id)}"
+        raise RegionFeatureError(f"{self.path}: {what} appears twice, at {stored} and at {origin}; a store keeps "
+                                 f"one image per id, so one of them would be lost. Remove the duplicate from the "
+                                 f"inputs, or convert them into separate stores")
+
+    def add(self, image_id: int, features: ArrayLike, boxes: ArrayLike, image_height: int, image_width: int,
+            name: Optional[str] = None, origin: str = "") -> None:
+        """Queue one image: ``features`` [N, D], ``boxes`` [N, 4] (x1, y1, x2, y2 pixels); ``name``
+        its name in the source (then ``image_id`` must be ``names.numeric_id(name)``), ``origin``
+        where it comes from (a file and line), for resuming and for error messages."""
         if self._file is None:
             raise RuntimeError(f"{self.path}: the writer is not open; use it as a context manager")
         image_id = int(image_id)
-        where = f"{self.path}: image id {image_id}"
-        if image_id in self._ids:
-            raise RegionFeatureError(f"{where} is already stored; skip ids with `image_id in writer`")
+        where = f"{self.path}: image id {image_id}" + (f" ({origin})" if origin else "")
+        if name and numeric_id(name) != image_id:
+            raise RegionFeatureError(f"{where}: named {name!r}, whose numeric id is {numeric_id(name)}; "
+                                     f"pass image_id=names.numeric_id(name)")
+        if image_id in self._origins:
+            stored = self._origins[image_id]
+            raise RegionFeatureError(f"{where} is already stored{f' (from {stored})' if stored else ''}; skip "
+                                     f"ids with `writer.already_stored(image_id, origin)`")
         features, boxes = _as_numpy(features), _as_numpy(boxes)
         if features.ndim != 2 or features.shape[1] != self.feature_dim or features.shape[0] < 1:
             raise RegionFeatureError(f"{where}: features have shape {features.shape}, expected "
@@ -148,14 +241,16 @@ class RegionFeatureWriter:
             raise RegionFeatureError(f"{where}: features contain NaN or infinity{hint}")
         if not np.isfinite(boxes).all():
             raise RegionFeatureError(f"{where}: boxes contain NaN or infinity")
-        self._pending.append((image_id, stored, boxes.astype(np.float32), (int(image_height), int(image_width))))
-        self._ids.add(image_id)
+        self._pending.append((image_id, stored, boxes.astype(np.float32), (int(image_height), int(image_width)),
+                              name or "", origin))
+        self._origins[image_id] = origin
+        self._added_now += 1
         self._pending_rows += len(stored)
         if self._pending_rows >= self.buffer_rows:
             self.flush()
 
     def flush(self) -> None:
-        """Write the queued images: regions first, then the index rows that publish them."""
+        """Write the queued images: regions and index rows, then the count that commits them."""
         if not self._pending:
             return
         file = self._file
@@ -169,19 +264,69 @@ class RegionFeatureWriter:
         boxes[start:end] = np.concatenate([item[2] for item in self._pending])
         first = start + np.concatenate([[0], np.cumsum(counts)[:-1]])
         columns = {layout.IMAGE_IDS: [item[0] for item in self._pending], layout.FIRST_REGION: first,
-                   layout.NUM_REGIONS: counts, layout.IMAGE_SIZE: [item[3] for item in self._pending]}
+                   layout.NUM_REGIONS: counts, layout.IMAGE_SIZE: [item[3] for item in self._pending],
+                   layout.IMAGE_NAMES: [item[4] for item in self._pending],
+                   layout.ORIGINS: [item[5] for item in self._pending]}
         for name, values in columns.items():
             dataset = file[name]
             old = dataset.shape[0]
             dataset.resize(old + len(self._pending), axis=0)
-            dataset[old:] = np.asarray(values, dtype=dataset.dtype)
+            dataset[old:] = values if dataset.dtype.kind == "O" else np.asarray(values, dtype=dataset.dtype)
+        file.flush()  # the batch is on disk before the count that makes it part of the file
+        file[layout.COMMITTED][0] = file[layout.IMAGE_IDS].shape[0]
         file.flush()
         self._pending, self._pending_rows = [], 0
 
+    # --- closing: publish, or keep the partial file for a resume ---
+
     def close(self) -> None:
-        if self._file is not None:
+        """Write what is queued, mark the file complete and publish it under ``path``."""
+        if self._file is None:
+            return
+        try:
             try:
                 self.flush()
+                self._file.attrs.update({layout.NUM_IMAGES: len(self), layout.COMPLETE: True})
             finally:
                 self._file.close()
                 self._file = None
+            replace(self.partial, self.path)
+        finally:
+            self._lock.release()
+
+    def suspend(self) -> None:
+        """Write what is queued and close, leaving ``<path>.partial`` unpublished for a resume
+        (removed if this writer made it and added nothing: a failed start leaves no output)."""
+        if self._file is None:
+            return
+        try:
+            self.flush()
+        finally:
+            self._file.close()
+            self._file = None
+            if self._prepared_now and not self._added_now:
+                self.partial.unlink()
+            self._lock.release()
+
+
+def mark_complete(path: PathLike) -> int:
+    """Mark a file of layout version 1 complete, on its owner's word; returns its image count.
+
+    Version 1 did not record whether a conversion finished; use this only for a file known
+    to hold all its inputs (re-running its conversion with ``--append`` checks instead). The
+    file is rewritten as version 2 under a staging name and renamed over the original."""
+    path = Path(path)
+    with open_hdf5(path, "r") as file:
+        check_layout(file, path, legacy=True)
+        count = file[layout.IMAGE_IDS].shape[0]
+        if int(file.attrs["version"]) != layout.LEGACY_VERSION:
+            if file.attrs.get(layout.COMPLETE, False):
+                return count
+            raise RegionFeatureError(f"{path}: an unfinished conversion, which cannot be marked complete by hand; "
+                                     f"re-run the command that started it to finish it")
+        staging = staging_path(path)
+        features = file[layout.FEATURES]
+        new_file(staging, features.shape[1], features.dtype, features.chunks[0], dumps([]), source=file,
+                 complete=True)
+    replace(staging, path)
+    return count

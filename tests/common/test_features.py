@@ -1,5 +1,9 @@
-"""common.features: the HDF5 region-feature store, writer, padding and fixtures."""
+"""common.features: the HDF5 region-feature store, writer (published whole, resumable), names, padding, fixtures."""
 import pickle
+import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import h5py
 import numpy as np
@@ -8,11 +12,13 @@ import torch
 from torch.utils.data import DataLoader
 
 from common.features import (MissingImageError, RegionFeatureError, RegionFeatures, RegionFeatureStore,
-                             RegionFeatureWriter, pad_regions)
+                             RegionFeatureWriter, numeric_id, pad_regions)
 from common.features import layout
 from common.features.fixtures import random_region_features, write_random_features
+from common.features.writer import mark_complete
 
 DIM = 16
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _assert_same(got: RegionFeatures, want: RegionFeatures):
@@ -67,14 +73,17 @@ def test_missing_image_names_file_and_id(tmp_path):
     assert isinstance(info.value, KeyError)
 
 
-def test_writing_a_file_that_is_being_read_is_a_clear_error(tmp_path):
+def test_appending_to_a_file_being_read_leaves_the_reader_on_the_old_file(tmp_path):
+    """The writer builds <path>.partial and renames it: a store reading <path> is not disturbed."""
     path = write_random_features(tmp_path / "f.h5", [1], feature_dim=DIM)
     with RegionFeatureStore(path) as store:
         store[1]
-        with pytest.raises(RegionFeatureError, match=r"f\.h5: cannot open with mode 'a'.*close its RegionFeatureStore"):
-            RegionFeatureWriter(path, feature_dim=DIM).open()
-    with RegionFeatureWriter(path, feature_dim=DIM) as writer:  # closed: writable again
-        assert 1 in writer
+        with RegionFeatureWriter(path, feature_dim=DIM, append=True) as writer:
+            item = random_region_features(2, 36, DIM)
+            writer.add(2, item.features, item.boxes, 480, 640)
+        assert store.image_ids == [1] and 2 not in store
+        _assert_same(store[1], random_region_features(1, 36, DIM))
+    assert RegionFeatureStore(path).image_ids == [1, 2]
 
 
 def test_missing_file_is_a_clear_error(tmp_path):
@@ -106,45 +115,228 @@ def test_pad_regions_rejects_mixed_dimensions():
         pad_regions([random_region_features(1, 2, DIM), random_region_features(2, 2, DIM + 1)])
 
 
-def test_writer_resumes_and_skips_stored_ids(tmp_path):
-    path = tmp_path / "f.h5"
-    write_random_features(path, [1, 2], feature_dim=DIM)
-    with RegionFeatureWriter(path, feature_dim=DIM) as writer:
+def test_existing_file_is_refused_without_append_and_extended_with_it(tmp_path):
+    path = write_random_features(tmp_path / "f.h5", [1, 2], feature_dim=DIM)
+    before = path.read_bytes()
+    with pytest.raises(RegionFeatureError, match=r"f\.h5 already exists \(2 images from no recorded inputs\); "
+                                                 r"pass --append"):
+        RegionFeatureWriter(path, feature_dim=DIM).open()
+    assert path.read_bytes() == before and not layout.partial_path(path).exists()
+    with RegionFeatureWriter(path, feature_dim=DIM, append=True) as writer:
         assert 1 in writer and 2 in writer and len(writer) == 2
         with pytest.raises(RegionFeatureError, match="image id 2 is already stored"):
             item = random_region_features(2, 36, DIM)
             writer.add(2, item.features, item.boxes, 480, 640)
         item = random_region_features(3, 36, DIM)
         writer.add(3, item.features, item.boxes, 480, 640)
+        assert path.read_bytes() == before  # the published file is untouched until the writer closes
     store = RegionFeatureStore(path)
     assert store.image_ids == [1, 2, 3]
     for i in (1, 2, 3):
         _assert_same(store[i], random_region_features(i, 36, DIM))
 
 
-def test_interrupted_flush_leaves_only_complete_images(tmp_path):
-    """Regions written without their index rows (a run killed mid-flush) are dropped on resume."""
-    path = write_random_features(tmp_path / "f.h5", [1], feature_dim=DIM)
-    with h5py.File(path, "a") as file:  # the state after a crash: orphan rows and an uneven index
-        for name in (layout.FEATURES, layout.BOXES):
-            file[name].resize(file[name].shape[0] + 10, axis=0)
-        file[layout.IMAGE_IDS].resize(2, axis=0)
-        file[layout.IMAGE_IDS][1] = 2
+def _add(writer, image_id, origin=""):
+    item = random_region_features(image_id, 36, DIM)
+    writer.add(image_id, item.features, item.boxes, 480, 640, origin=origin)
+
+
+def _interrupted(path, ids, sources=()):
+    """A writer of ``ids`` stopped by an exception: its partial file is left for a resume."""
+    with pytest.raises(KeyboardInterrupt):
+        with RegionFeatureWriter(path, feature_dim=DIM, sources=sources) as writer:
+            for image_id in ids:
+                _add(writer, image_id, origin=f"in, line {image_id}")
+            raise KeyboardInterrupt
+    return layout.partial_path(path)
+
+
+def test_interrupted_writer_publishes_nothing_and_resumes(tmp_path):
+    path = tmp_path / "f.h5"
+    partial = _interrupted(path, [1, 2])
+    assert partial.exists() and not path.exists()
+    with pytest.raises(RegionFeatureError, match=r"f\.h5: not written yet: .*stopped before the end .*f\.h5\.partial; "
+                                                 r"re-run the same command to resume"):
+        RegionFeatureStore(path)
+    with pytest.raises(RegionFeatureError, match=r"f\.h5\.partial: not marked complete: .* with 2 images so far\. "
+                                                 r"Re-run the same command to resume; it publishes .*f\.h5 when done"):
+        RegionFeatureStore(partial)
     with RegionFeatureWriter(path, feature_dim=DIM) as writer:
-        assert 2 not in writer and len(writer) == 1
-        item = random_region_features(2, 36, DIM)
-        writer.add(2, item.features, item.boxes, 480, 640)
+        assert writer.already_stored(2, "in, line 2") and not writer.already_stored(3, "in, line 3")
+        _add(writer, 3, "in, line 3")
+    assert not partial.exists()
     store = RegionFeatureStore(path)
-    assert store.image_ids == [1, 2]
+    assert store.image_ids == [1, 2, 3]
     _assert_same(store[2], random_region_features(2, 36, DIM))
-    with h5py.File(path, "r") as file:
-        assert file[layout.FEATURES].shape[0] == 72
+
+
+def test_a_failed_start_leaves_no_file(tmp_path):
+    (tmp_path / "f.h5.partial.new").write_bytes(b"left by a run killed while building its work file")
+    with pytest.raises(RegionFeatureError, match="bad input"):
+        with RegionFeatureWriter(tmp_path / "f.h5", feature_dim=DIM):
+            raise RegionFeatureError("bad input")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_error_says_where_the_work_so_far_is(tmp_path):
+    with pytest.raises(RegionFeatureError, match=r"bad input\n.*f\.h5\.partial keeps the 1 images written so far\. "
+                                                 r"A re-run resumes it only while the inputs are unchanged"):
+        with RegionFeatureWriter(tmp_path / "f.h5", feature_dim=DIM) as writer:
+            _add(writer, 1)
+            raise RegionFeatureError("bad input")
+
+
+def test_resuming_with_other_inputs_is_refused(tmp_path):
+    path = tmp_path / "f.h5"
+    _interrupted(path, [1], sources=[{"path": "/data/a.tsv", "format": "bottom-up-tsv", "bytes": 10}])
+    other = [{"path": "/data/a.tsv", "format": "bottom-up-tsv", "bytes": 12}]
+    with pytest.raises(RegionFeatureError, match=r"f\.h5\.partial: an unfinished conversion of other inputs "
+                                                 r"\(/data/a\.tsv \(10 bytes\)\); this one reads /data/a\.tsv "
+                                                 r"\(12 bytes\)\. .*or delete .*f\.h5\.partial to start over"):
+        RegionFeatureWriter(path, feature_dim=DIM, sources=other).open()
+
+
+def test_an_id_from_two_places_is_an_error_naming_both(tmp_path):
+    with RegionFeatureWriter(tmp_path / "f.h5", feature_dim=DIM) as writer:
+        _add(writer, 7, origin="a.tsv, line 3")
+        assert writer.already_stored(7, "a.tsv, line 3")
+        with pytest.raises(RegionFeatureError, match=r"image id 7 appears twice, at a\.tsv, line 3 and at b\.tsv, "
+                                                     r"line 9; .*one of them would be lost"):
+            writer.already_stored(7, "b.tsv, line 9")
+        with pytest.raises(RegionFeatureError, match=r"image id 7 \(b\.tsv, line 9\) is already stored \(from "
+                                                     r"a\.tsv, line 3\)"):
+            _add(writer, 7, origin="b.tsv, line 9")
 
 
 def test_writer_rejects_mismatched_resume(tmp_path):
     path = write_random_features(tmp_path / "f.h5", [1], feature_dim=DIM)
     with pytest.raises(RegionFeatureError, match=r"16-d float16 features.*asked for 16-d float32"):
-        RegionFeatureWriter(path, feature_dim=DIM, dtype="float32").open()
+        RegionFeatureWriter(path, feature_dim=DIM, dtype="float32", append=True).open()
+    assert not layout.partial_path(path).exists()  # refused before copying
+    partial = _interrupted(tmp_path / "g.h5", [1])
+    with pytest.raises(RegionFeatureError, match=r"g\.h5\.partial: existing file stores 16-d float16"):
+        RegionFeatureWriter(tmp_path / "g.h5", feature_dim=DIM + 1).open()
+    assert partial.exists()
+
+
+def test_a_second_writer_of_the_same_output_is_refused(tmp_path):
+    with RegionFeatureWriter(tmp_path / "f.h5", feature_dim=DIM) as writer:
+        _add(writer, 1)
+        with pytest.raises(RegionFeatureError, match=r"f\.h5\.partial\.lock: another process is writing this output"):
+            RegionFeatureWriter(tmp_path / "f.h5", feature_dim=DIM).open()
+    assert RegionFeatureStore(tmp_path / "f.h5").image_ids == [1]
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["f.h5"]
+
+
+KILLED_WRITER = """
+import os, signal, sys
+from common.features import RegionFeatureWriter, layout
+from common.features.fixtures import random_region_features
+writer = RegionFeatureWriter(sys.argv[1], feature_dim=16, buffer_rows=50)
+writer.open()
+for image_id in range(5):  # two batches of two images committed, one image queued
+    item = random_region_features(image_id, 36, 16)
+    writer.add(image_id, item.features, item.boxes, 480, 640, origin=f"in, line {image_id}")
+file = writer._file  # a batch written but not yet committed when the kill comes
+for name in layout.INDEX:
+    file[name].resize(file[name].shape[0] + 1, axis=0)
+file[layout.IMAGE_IDS][-1] = 99
+file.flush()
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_killed_writer_leaves_only_its_committed_images(tmp_path):
+    """SIGKILL leaves the work file open in HDF5's eyes and holding an uncommitted index row: the
+    store refuses it as incomplete, and the next writer rebuilds it from the committed images."""
+    path = tmp_path / "f.h5"
+    killed = subprocess.run([sys.executable, "-c", KILLED_WRITER, str(path)], cwd=ROOT, capture_output=True, text=True)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    with pytest.raises(RegionFeatureError, match=r"f\.h5\.partial: not marked complete: .*with 4 images so far"):
+        RegionFeatureStore(layout.partial_path(path))
+    with RegionFeatureWriter(path, feature_dim=DIM) as writer:
+        assert sorted(writer._origins) == [0, 1, 2, 3]
+        assert writer.already_stored(3, "in, line 3") and not writer.already_stored(4, "in, line 4")
+        _add(writer, 4, "in, line 4")
+    store = RegionFeatureStore(path)
+    assert store.image_ids == [0, 1, 2, 3, 4]
+    for image_id in range(5):
+        _assert_same(store[image_id], random_region_features(image_id, 36, DIM))
+
+
+def test_store_refuses_a_wrong_image_count(tmp_path):
+    path = write_random_features(tmp_path / "f.h5", [1, 2], feature_dim=DIM)
+    with h5py.File(path, "a") as file:
+        file.attrs[layout.NUM_IMAGES] = 3
+    with pytest.raises(RegionFeatureError, match=r"f\.h5: attribute 'num_images' is 3 but the index lists 2"):
+        RegionFeatureStore(path)
+
+
+def _as_version_1(path):
+    """Rewrite a file as the writer of layout version 1 left it (no names, origins, sources, committed count,
+    completeness)."""
+    with h5py.File(path, "a") as file:
+        for name in (layout.IMAGE_NAMES, layout.ORIGINS, layout.SOURCES, layout.COMMITTED):
+            del file[name]
+        del file.attrs[layout.COMPLETE], file.attrs[layout.NUM_IMAGES]
+        file.attrs["version"] = 1
+    return path
+
+
+def test_a_version_1_file_is_refused_with_both_ways_out(tmp_path):
+    path = _as_version_1(write_random_features(tmp_path / "f.h5", [1, 2], feature_dim=DIM))
+    with pytest.raises(RegionFeatureError, match=r"f\.h5: written by an earlier version .* \(layout version 1\).* "
+                                                 r"may hold only part of its inputs\. Re-run the command that wrote it "
+                                                 r"with --append.*convert_features\.py mark-complete .*f\.h5$"):
+        RegionFeatureStore(path)
+    assert mark_complete(path) == 2
+    store = RegionFeatureStore(path)
+    assert store.image_ids == [1, 2] and store.image_names == ["", ""] and store.sources == []
+    _assert_same(store[2], random_region_features(2, 36, DIM))
+
+
+def test_appending_to_a_version_1_file_upgrades_it(tmp_path):
+    path = _as_version_1(write_random_features(tmp_path / "f.h5", [1, 2], feature_dim=DIM))
+    with RegionFeatureWriter(path, feature_dim=DIM, append=True) as writer:
+        assert writer.already_stored(2, "in, line 2")  # no origin recorded: the image counts as converted
+        _add(writer, 3, "in, line 3")
+    store = RegionFeatureStore(path)
+    assert store.image_ids == [1, 2, 3]
+    _assert_same(store[1], random_region_features(1, 36, DIM))
+
+
+def test_an_unfinished_file_cannot_be_marked_complete(tmp_path):
+    partial = _interrupted(tmp_path / "f.h5", [1])
+    with pytest.raises(RegionFeatureError, match=r"an unfinished conversion, which cannot be marked complete"):
+        mark_complete(partial)
+
+
+def test_names_map_to_fixed_ids():
+    assert numeric_id("COCO_val2014_000000273052") == 273052 == numeric_id("COCO_train2014_000000273052")
+    assert numeric_id("2410371") == 2410371 and numeric_id("000000000042") == 42
+    nlvr2 = ["train-10171-0-img0", "train-10171-1-img0", "train-10171-0-img1", "dev-10171-0-img0"]
+    ids = [numeric_id(name) for name in nlvr2]
+    assert len(set(ids)) == 4 and all(-2**63 <= i < 0 for i in ids)
+    assert ids[0] == numeric_id("train-10171-0-img0")  # a fixed function
+    assert numeric_id("COCO_val2014_x") < 0 and numeric_id("1" * 19) < 0  # not an int64 number: hashed
+
+
+def test_named_images_are_found_by_name_and_id(tmp_path):
+    names = ["train-10171-0-img0", "train-10171-1-img0", "COCO_val2014_000000000042"]
+    with RegionFeatureWriter(tmp_path / "f.h5", feature_dim=DIM) as writer:
+        for name in names:
+            item = random_region_features(numeric_id(name), 36, DIM)
+            writer.add(numeric_id(name), item.features, item.boxes, 480, 640, name=name)
+        with pytest.raises(RegionFeatureError, match=r"named 'train-1-0-img0', whose numeric id is"):
+            writer.add(5, item.features, item.boxes, 480, 640, name="train-1-0-img0")
+    store = RegionFeatureStore(tmp_path / "f.h5")
+    assert store.image_names == names and store.image_ids == [numeric_id(name) for name in names]
+    for name in names:
+        assert name in store and store[name].name == name
+        _assert_same(store[name], random_region_features(numeric_id(name), 36, DIM))
+    assert store[42].name == "COCO_val2014_000000000042"
+    with pytest.raises(MissingImageError, match=r"no features for image 'train-10171-2-img0' \(id -?\d+\)"):
+        store["train-10171-2-img0"]
 
 
 @pytest.mark.parametrize("features, boxes, match", [

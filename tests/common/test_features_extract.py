@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from common.features import RegionFeatureError, RegionFeatureStore
-from common.features.extract import (Proposals, Selection, box_iou, extract, image_files, load_image, nms_keep,
-                                     select_regions)
+from common.features import RegionFeatureError, RegionFeatureStore, numeric_id
+from common.features.extract import (Proposals, Selection, box_iou, extract, image_files, image_sources, load_image,
+                                     nms_keep, select_regions)
 
 ROOT = Path(__file__).resolve().parents[2]
 DIM = 12
@@ -117,8 +117,10 @@ def test_extract_writes_the_selected_regions_and_resumes(tmp_path):
     output = tmp_path / "out.h5"
     assert extract(images[:2], FakeDetector(), output, selection, feature_dim=DIM, dtype="float32",
                    progress=False) == {"written": 2, "skipped": 0, "images": 2}
-    assert extract(images, FakeDetector(), output, selection, feature_dim=DIM, dtype="float32",
-                   progress=False) == {"written": 1, "skipped": 2, "images": 3}
+    with pytest.raises(RegionFeatureError, match=r"out\.h5 already exists .*pass --append"):
+        extract(images, FakeDetector(), output, selection, feature_dim=DIM, dtype="float32", progress=False)
+    assert extract(images, FakeDetector(), output, selection, feature_dim=DIM, dtype="float32", progress=False,
+                   append=True) == {"written": 1, "skipped": 2, "images": 3}
     store = RegionFeatureStore(output)
     for image_id, path in images:
         image = load_image(path)
@@ -149,12 +151,46 @@ def test_extract_reads_the_real_coco_image(tmp_path, attn_data_root):
     assert (item.boxes[:, 2] <= image.shape[1]).all() and (item.boxes[:, 3] <= image.shape[0]).all()
 
 
-def test_image_files_need_numeric_ids(tmp_path):
-    (tmp_path / "cat.jpg").write_bytes(b"")
-    with pytest.raises(RegionFeatureError, match=r"cat\.jpg: the file name does not end in a numeric image id"):
-        image_files([tmp_path])
+class StopsAfter(FakeDetector):
+    def __init__(self, count):
+        super().__init__()
+        self.left = count
+
+    def detect(self, image):
+        if not self.left:
+            raise KeyboardInterrupt
+        self.left -= 1
+        return super().detect(image)
+
+
+def test_interrupted_extraction_resumes_and_records_its_inputs(tmp_path):
+    pytest.importorskip("PIL")
+    directory = _write_images(tmp_path / "images", [1, 2, 3])
+    images, sources = image_files([directory]), image_sources([directory])
+    output = tmp_path / "out.h5"
+    with pytest.raises(KeyboardInterrupt):
+        extract(images, StopsAfter(2), output, feature_dim=DIM, progress=False, sources=sources)
+    assert not output.exists()
+    assert extract(images, FakeDetector(), output, feature_dim=DIM, progress=False, sources=sources) == {
+        "written": 1, "skipped": 2, "images": 3}
+    store = RegionFeatureStore(output)
+    assert store.image_names == [f"COCO_val2014_{i:012d}" for i in (1, 2, 3)]
+    assert store.sources == [{"path": str(directory), "format": "images", "files": 3,
+                              "bytes": sum(path.stat().st_size for _, path in images)}]
+    assert extract(images, FakeDetector(), output, feature_dim=DIM, progress=False, sources=sources)["written"] == 0
+
+
+def test_image_ids_come_from_whole_file_names(tmp_path):
+    for name in ("COCO_val2014_000000000007.jpg", "2410371.jpg", "train-10171-0-img0.png", "train-10171-1-img0.png"):
+        (tmp_path / name).write_bytes(b"")
+    found = dict((path.name, image_id) for image_id, path in image_files([tmp_path]))
+    assert found["COCO_val2014_000000000007.jpg"] == 7 and found["2410371.jpg"] == 2410371
+    assert found["train-10171-0-img0.png"] == numeric_id("train-10171-0-img0") != found["train-10171-1-img0.png"]
+    with pytest.raises(RegionFeatureError, match=r"nowhere: no such image file or directory"):
+        image_files([tmp_path / "nowhere"])
+    (tmp_path / "notes.txt").write_bytes(b"")
     with pytest.raises(RegionFeatureError, match="no .jpg/.jpeg/.png images"):
-        image_files([tmp_path / "empty_dir_that_is_a_file.txt"])
+        image_files([tmp_path / "notes.txt"])
 
 
 def test_unreadable_image_names_the_file(tmp_path):

@@ -8,25 +8,34 @@ from __future__ import annotations
 
 import csv
 import os
+from functools import partial
 from pathlib import Path
-from typing import Iterable, Iterator, Union
+from typing import Iterable, Iterator, Optional, Union
 
 import numpy as np
 
+from ..sources import Source, input_file
 from ..store import RegionFeatures
-from ._common import Skip, encode_field, int_field, never, tsv_record, tsv_rows
+from ._common import Entry, absolute, encode_field, int_field, tsv_record, tsv_rows
 
+FORMAT = "bottom-up-tsv"
 FIELDNAMES = ("image_id", "image_w", "image_h", "num_boxes", "boxes", "features")
 PathLike = Union[str, os.PathLike]
 
 
-def read(path: PathLike, skip: Skip = never) -> Iterator[RegionFeatures]:
-    path = Path(path)
-    for line, row in tsv_rows(path, FIELDNAMES):
-        where = f"{path}, line {line}"
-        image_id = int_field(row, "image_id", where)
-        if not skip(image_id):
-            yield tsv_record(row, image_id, where, "image_h", "image_w")
+def source(path: PathLike) -> Source:
+    """The record of the input ``path``; a missing, empty or directory path is an error."""
+    return input_file(path, FORMAT, "a bottom-up TSV file")
+
+
+def entries(path: PathLike, feature_dim: Optional[int] = None) -> Iterator[Entry]:
+    """The images of one TSV, in file order; ``load()`` decodes a row, checking ``feature_dim``."""
+    path = absolute(path)
+    for position, (line, row) in enumerate(tsv_rows(path, FIELDNAMES)):
+        place = f"{path}, line {line}"
+        image_id = int_field(row, "image_id", place)
+        yield Entry(image_id, place, partial(tsv_record, row, image_id, place, ("image_h", "image_w"), feature_dim,
+                                             first=position == 0))
 
 
 def write(path: PathLike, items: Iterable[RegionFeatures]) -> Path:

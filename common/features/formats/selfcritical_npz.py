@@ -11,27 +11,31 @@ from __future__ import annotations
 import json
 import os
 import re
+from functools import partial
 from pathlib import Path
-from typing import Dict, Iterable, Iterator, List, Mapping, Tuple, Union
+from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from ..store import RegionFeatureError, RegionFeatures
-from ._common import Skip, never, npz_arrays, record
+from ..errors import RegionFeatureError
+from ..sources import Source, directory_record, input_directory, input_file
+from ..store import RegionFeatures
+from ._common import Entry, absolute, check_width, npz_arrays, record
 
+FORMAT = "selfcritical-npz"
 PathLike = Union[str, os.PathLike]
-_NAME = re.compile(r"^(\d+)\.npz$")
+_NAME = re.compile(r"([0-9]+)\.npz")
+_BOX_NAME = re.compile(r"[0-9]+\.npy")
 
 
 def load_image_sizes(path: PathLike) -> Dict[int, Tuple[int, int]]:
     """``{image id: (height, width)}`` from a JSON whose ``images`` entries have ``id`` (or
     ``cocoid``), ``width`` and ``height``."""
     path = Path(path)
+    input_file(path, "image-info", "a JSON with images: [{id, width, height}]")
     try:
         images = json.loads(path.read_text())["images"]
-    except FileNotFoundError:
-        raise RegionFeatureError(f"{path}: no such image-size JSON") from None
-    except (json.JSONDecodeError, KeyError, TypeError) as err:
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as err:
         raise RegionFeatureError(f"{path}: expected JSON with a list 'images' ({err!r})") from None
     sizes = {}
     for position, image in enumerate(images):
@@ -47,40 +51,55 @@ def load_image_sizes(path: PathLike) -> Dict[int, Tuple[int, int]]:
 
 
 def files(att_dir: PathLike) -> List[Tuple[int, Path]]:
-    att_dir = Path(att_dir)
-    if not att_dir.is_dir():
-        raise RegionFeatureError(f"{att_dir}: no such directory of self-critical <id>.npz features (cocobu_att)")
-    found = sorted((int(match.group(1)), path) for path in att_dir.iterdir() if (match := _NAME.match(path.name)))
+    """(image id, path) of every ``<id>.npz`` in ``att_dir``, by image id."""
+    att_dir = absolute(input_directory(att_dir, "self-critical <id>.npz features (cocobu_att)"))
+    found = sorted((int(match.group(1)), path) for path in att_dir.iterdir()
+                   if (match := _NAME.fullmatch(path.name)))
     if not found:
         raise RegionFeatureError(f"{att_dir}: no <image id>.npz files found")
     return found
 
 
-def read(att_dir: PathLike, box_dir: PathLike, image_sizes: Mapping[int, Tuple[int, int]],
-         skip: Skip = never) -> Iterator[RegionFeatures]:
-    box_dir = Path(box_dir)
+def sources(att_dir: PathLike, box_dir: PathLike, image_info: Sequence[PathLike]) -> List[Source]:
+    """The records of the inputs; a missing, empty or wrong-kind path is an error."""
+    box_dir = input_directory(box_dir, "self-critical <id>.npy boxes (cocobu_box)")
+    boxes = [path for path in box_dir.iterdir() if _BOX_NAME.fullmatch(path.name)]
+    return ([directory_record(att_dir, FORMAT, [path for _, path in files(att_dir)]),
+             directory_record(box_dir, FORMAT, boxes)] +
+            [input_file(path, "image-info", "a JSON with images: [{id, width, height}]") for path in image_info])
+
+
+def entries(att_dir: PathLike, box_dir: PathLike, image_sizes: Mapping[int, Tuple[int, int]],
+            feature_dim: Optional[int] = None) -> Iterator[Entry]:
+    """The images of ``att_dir``, by image id; ``load()`` reads the features and boxes."""
+    box_dir = absolute(box_dir)
     for image_id, path in files(att_dir):
-        if skip(image_id):
-            continue
-        where = f"{path} (image id {image_id})"
-        feat = npz_arrays(path, ("feat",))["feat"]
-        box_path = box_dir / f"{image_id}.npy"
-        try:
-            boxes = np.load(box_path, allow_pickle=False)
-        except FileNotFoundError:
-            raise RegionFeatureError(f"{where}: its boxes {box_path} are missing; make_bu_data.py writes them "
-                                     f"to cocobu_box") from None
-        except (OSError, ValueError, EOFError) as err:
-            raise RegionFeatureError(f"{box_path} (image id {image_id}): cannot read the boxes ({err}); "
-                                     f"the file is truncated or corrupt") from err
-        if image_id not in image_sizes:
-            raise RegionFeatureError(f"{where}: no image size for this id in the image-size JSON; pass COCO's "
-                                     f"annotation file of the image's split")
-        yield record(image_id, feat, boxes, *image_sizes[image_id], where)
+        yield Entry(image_id, str(path), partial(_load, path, box_dir / f"{image_id}.npy", image_id, image_sizes,
+                                                 feature_dim))
 
 
-def count(att_dir: PathLike) -> int:
-    return len(files(att_dir))
+def _load(path: Path, box_path: Path, image_id: int, image_sizes: Mapping[int, Tuple[int, int]],
+          feature_dim: Optional[int]) -> RegionFeatures:
+    where = f"{path} (image id {image_id})"
+    feat = npz_arrays(path, ("feat",))["feat"]
+    if feat.ndim != 2:
+        raise RegionFeatureError(f"{where}: field 'feat' has shape {feat.shape}, expected [N, D]")
+    feat = check_width(feat, feature_dim, where, "feat", first=True)
+    try:
+        boxes = np.load(box_path, allow_pickle=False)
+    except FileNotFoundError:
+        raise RegionFeatureError(f"{where}: its boxes {box_path} are missing; make_bu_data.py writes them "
+                                 f"to cocobu_box") from None
+    except (OSError, ValueError, EOFError) as err:
+        raise RegionFeatureError(f"{box_path} (image id {image_id}): cannot read the boxes ({err}); "
+                                 f"the file is truncated or corrupt") from err
+    if boxes.shape != (len(feat), 4):
+        raise RegionFeatureError(f"{box_path} (image id {image_id}): the boxes have shape {boxes.shape}, expected "
+                                 f"({len(feat)}, 4) to match the {len(feat)} rows of 'feat' in {path}")
+    if image_id not in image_sizes:
+        raise RegionFeatureError(f"{where}: no image size for this id in the image-size JSON; pass COCO's "
+                                 f"annotation file of the image's split")
+    return record(image_id, feat, boxes, *image_sizes[image_id], where, fields=("feat", "boxes"))
 
 
 def write(root: PathLike, items: Iterable[RegionFeatures]) -> Path:
