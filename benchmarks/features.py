@@ -1,7 +1,7 @@
 """Region-feature store: random-access read throughput (images/s), writing, file size.
 
     python benchmarks/features.py [--images 4000] [--regions 36 | --regions 10 100] [--dim 2048] [--dtype float16]
-                                  [--chunk-rows 36] [--workers 1 2] [--batch-size 32] [--quick]
+                                  [--chunk-rows 36] [--workers 1 2] [--batch-size 32] [--quick] [--device cuda]
 
 Writes ``--images`` synthetic images of ``--regions`` x ``--dim`` features into a temporary
 HDF5 file with ``RegionFeatureWriter`` (one file per ``--chunk-rows`` value), then reads
@@ -15,7 +15,8 @@ every image once in a random order:
   for each ``--workers`` count and store output dtype (``--loader-dtypes``: float32, or the
   stored float16, which halves the batch that workers send through shared memory), cold
   cache; ``images_per_s`` counts the images after the first batch over the time after it
-  (steady state), ``with_startup`` the whole pass.
+  (steady state), ``with_startup`` the whole pass. With ``--device cuda`` every batch is also
+  copied to the GPU as the trainers do (pinned by the loader, non-blocking copy, synchronised).
 
 Target (issue 6): >= 2,000 random-access images/s for 36 x 2048 float16. Results go to
 ``benchmarks/results/<--name>.json`` (default ``features.json``).
@@ -38,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _measure import environment, write_json  # noqa: E402
 from common.features import RegionFeatureStore, RegionFeatureWriter, pad_regions  # noqa: E402
+from common.utils.runtime import Runtime  # noqa: E402
 
 TARGET_IMAGES_PER_S = 2000
 DTYPES = {"float32": torch.float32, "float16": torch.float16}
@@ -90,16 +92,23 @@ def direct_reads(path: Path, order: np.ndarray, cold: bool) -> dict:
     return {"images_per_s": len(order) / seconds, "seconds": seconds}
 
 
-def loader_reads(path: Path, workers: int, batch_size: int, dtype: torch.dtype) -> dict:
+def loader_reads(path: Path, workers: int, batch_size: int, dtype: torch.dtype, runtime: Runtime) -> dict:
     evict_from_page_cache(path)
     store = RegionFeatureStore(path, dtype=dtype)
     loader = DataLoader(_ByIndex(store), batch_size=batch_size, num_workers=workers, collate_fn=pad_regions,
-                        sampler=RandomSampler(range(len(store)), generator=torch.Generator().manual_seed(0)))
+                        sampler=RandomSampler(range(len(store)), generator=torch.Generator().manual_seed(0)),
+                        pin_memory=runtime.pin_memory)
+
+    def images(batch) -> int:  # on the device, as a trainer receives it
+        return runtime.to_device(batch)[0].shape[0]
+
     start = time.perf_counter()
     iterator = iter(loader)
-    first = next(iterator)[0].shape[0]
+    first = images(next(iterator))
+    runtime.synchronize()
     after_first = time.perf_counter()
-    rest = sum(batch[0].shape[0] for batch in iterator)
+    rest = sum(images(batch) for batch in iterator)
+    runtime.synchronize()
     end = time.perf_counter()
     return {"images_per_s": rest / (end - after_first), "with_startup": (first + rest) / (end - start),
             "seconds": end - start}
@@ -119,13 +128,16 @@ def main() -> None:
                         help="the store's output dtype in the DataLoader runs")
     parser.add_argument("--dir", type=Path, default=None, help="where the temporary HDF5 files go")
     parser.add_argument("--quick", action="store_true", help="400 images (smoke run)")
+    parser.add_argument("--device", default="cpu", help="cpu (default; batches stay in memory), cuda or cuda:N")
     parser.add_argument("--name", default="features", help="results/<name>.json")
     args = parser.parse_args()
+    runtime = Runtime.create(args.device)
     if args.quick:
         args.images = 400
     if len(args.regions) > 2 or args.regions[0] > args.regions[-1]:
         parser.error("--regions takes a count or MIN MAX with MIN <= MAX")
-    report = {"environment": environment(torch.get_num_threads()), "target_images_per_s": TARGET_IMAGES_PER_S,
+    report = {"environment": environment(torch.get_num_threads()) | runtime.describe(),
+              "target_images_per_s": TARGET_IMAGES_PER_S,
               "shape": {"images": args.images, "regions": args.regions, "dim": args.dim, "dtype": args.dtype},
               "batch_size": args.batch_size, "load_average_before": os.getloadavg(), "runs": []}
     order = np.random.default_rng(1).permutation(args.images)
@@ -136,7 +148,7 @@ def main() -> None:
             run = {"chunk_rows": chunk_rows, "write": write_file(path, args),
                    "direct_warm": direct_reads(path, order, cold=False),
                    "direct_cold": direct_reads(path, order, cold=True),
-                   "dataloader": {f"{w}_workers_{name}": loader_reads(path, w, args.batch_size, DTYPES[name])
+                   "dataloader": {f"{w}_workers_{name}": loader_reads(path, w, args.batch_size, DTYPES[name], runtime)
                                   for name in args.loader_dtypes for w in args.workers}}
             report["runs"].append(run)
             loader = ", ".join(f"{key} {r['images_per_s']:.0f}" for key, r in run["dataloader"].items())
