@@ -1,0 +1,234 @@
+"""Dense BAM attention without the ``[queries x keys]`` weight matrix.
+
+The BAM sample is ``W = softmax(s + noise)`` (Fan et al., 2020, Sec. 3.2, in log space; see
+:mod:`common.attention.bam`), so ``W v`` is attention with an additive random bias. This
+module computes it chunk by chunk over the queries, as a flash-attention kernel does over
+tiles: a chunk's scores, noise, weights and gradients exist only while that chunk is
+processed, the backward pass recomputes them (it draws the same noise again), and the
+memory kept between the passes is ``O(L)``: ``q, k, v``, the output and two numbers per
+query. The KL comes from per-query statistics (:mod:`common.attention.bam_stats`).
+
+The noise of a chunk comes from a generator seeded with ``(seed, chunk)``, the seed drawn
+from torch's default generator at each call, so ``torch.manual_seed`` makes runs
+repeatable. Dropout on the weights (``Attend``'s ``dropout``) draws its mask from the same
+generator. ``noise=`` takes an explicit standard log-noise tensor instead (tests compare
+the chunked path with the materialised one under the same noise).
+
+:class:`~common.attention.blocks.Attend` calls :func:`fused_bam` first and takes this path
+whenever nothing needs the weight matrix (see :func:`fused_bam` for the conditions); set
+``ATTN_FUSED_BAM=0`` to force the materialised path.
+"""
+from __future__ import annotations
+
+import math
+import os
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from .aux import add_aux_loss, collecting
+from .bam import BAM
+from .bam_stats import dense_kl, needs_square_sums, supports
+from .functional import lognormal_log_noise, weibull_log_noise
+
+#: Score entries per chunk (``batch x heads x chunk queries x keys``): 8 MiB of float32.
+CHUNK_ELEMENTS = 1 << 21
+_SEED_STRIDE = 0x9E3779B97F4A7C15
+
+
+class Sampler:
+    """The random part of one call: log-noise (``posterior``, ``noise_scale``, 0 for none),
+    dropout probability, the call's seed, or an explicit standard log-noise tensor."""
+
+    def __init__(self, posterior: str, noise_scale: float, dropout: float, seed: int,
+                 noise: Optional[Tensor] = None):
+        self.posterior, self.noise_scale, self.dropout = posterior, noise_scale, dropout
+        self.seed, self.noise = seed, noise
+
+    def draws(self, like: Tensor, chunk: int, rows: slice):
+        """The chunk's scaled log-noise (or None) and dropout scale (``keep / (1 - p)``, or None)."""
+        generator = None
+        if (self.noise_scale and self.noise is None) or self.dropout:
+            generator = torch.Generator(device=like.device)
+            generator.manual_seed((self.seed + chunk * _SEED_STRIDE) % (1 << 63))
+        noise = None
+        if self.noise_scale:
+            if self.noise is not None:
+                noise = self.noise[..., rows, :].to(like.dtype) * self.noise_scale
+            elif self.posterior == "weibull":
+                noise = weibull_log_noise(like, 1 / self.noise_scale, generator)
+            else:
+                noise = lognormal_log_noise(like, self.noise_scale, generator)
+        keep = None
+        if self.dropout:
+            keep = torch.rand(like.shape, dtype=like.dtype, device=like.device, generator=generator)
+            keep = (keep >= self.dropout).to(like.dtype).div_(1 - self.dropout)
+        return noise, keep
+
+
+class _ChunkedNoisyAttention(torch.autograd.Function):
+    """``(dropout(softmax(s + noise)) v, LSE_i, S2_i)`` over query chunks, ``s = scale q k^T``.
+
+    ``LSE_i`` is the log-sum-exp of the clean scores over the visible keys and ``S2_i`` their sum
+    of squares (computed when ``want_lse``/``want_sq``): the row statistics of the KL. Masked entries get
+    exactly zero weight; rows without a visible key give zero output and ``LSE_i = -inf``.
+    """
+
+    @staticmethod
+    def forward(ctx, q, k, v, key_mask, causal, scale, sampler, want_lse, want_sq):
+        Q = q.shape[-2]
+        chunk = _chunk_rows(q, k)
+        out = q.new_empty(q.shape[:-1] + v.shape[-1:])
+        lse = q.new_full(q.shape[:-1] if want_lse else (0,), float("-inf"))
+        norm = q.new_empty(q.shape[:-1] + (1,))
+        sq = q.new_zeros(q.shape[:-1] if want_sq else (0,))
+        for index, start in enumerate(range(0, Q, chunk)):
+            rows = slice(start, min(start + chunk, Q))
+            s, visible = _scores(q[..., rows, :], k, scale, key_mask, causal, rows)
+            if want_lse:
+                lse[..., rows] = torch.logsumexp(s, -1)
+            if want_sq:
+                sq[..., rows] = (s if visible is None else s.masked_fill(~visible, 0.0)).square().sum(-1)
+            noise, keep = sampler.draws(s, index, rows)
+            z = s if noise is None else s.add_(noise)
+            weights, norm[..., rows, :] = _softmax(z)
+            if keep is not None:
+                weights.mul_(keep)
+            out[..., rows, :] = torch.matmul(weights, v)
+        ctx.save_for_backward(q, k, v, key_mask, lse, norm)
+        ctx.causal, ctx.scale, ctx.sampler, ctx.chunk, ctx.want_sq = causal, scale, sampler, chunk, want_sq
+        ctx.want_lse = want_lse
+        ctx.mark_non_differentiable(*(() if want_lse else (lse,)), *(() if want_sq else (sq,)))
+        return out, lse, sq
+
+    @staticmethod
+    def backward(ctx, d_out, d_lse, d_sq):
+        q, k, v, key_mask, lse, norm = ctx.saved_tensors
+        scale, sampler, chunk = ctx.scale, ctx.sampler, ctx.chunk
+        dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+        lse_safe = torch.where(torch.isfinite(lse), lse, 0.0).unsqueeze(-1) if ctx.want_lse else None
+        for index, start in enumerate(range(0, q.shape[-2], chunk)):
+            rows = slice(start, min(start + chunk, q.shape[-2]))
+            q_c = q[..., rows, :]
+            s, visible = _scores(q_c, k, scale, key_mask, ctx.causal, rows)
+            # d LSE_i / d s_ij = p_ij and d S2_i / d s_ij = 2 s_ij, before the noise is added in place
+            d_stats = None
+            if ctx.want_lse and d_lse is not None:
+                d_stats = (s - lse_safe[..., rows, :]).exp_().mul_(d_lse[..., rows, None])
+            if ctx.want_sq and d_sq is not None:
+                s_real = s if visible is None else s.masked_fill(~visible, 0.0)
+                d_sq_s = s_real.mul_(2 * d_sq[..., rows, None])
+                d_stats = d_sq_s if d_stats is None else d_stats.add_(d_sq_s)
+            noise, keep = sampler.draws(s, index, rows)
+            z = s if noise is None else s.add_(noise)
+            weights = z.sub_(norm[..., rows, :]).exp_()
+            d_o = d_out[..., rows, :]
+            d_weights = torch.matmul(d_o, v.transpose(-1, -2))
+            if keep is not None:
+                dv += torch.matmul((weights * keep).transpose(-1, -2), d_o)
+                d_weights.mul_(keep)
+            else:
+                dv += torch.matmul(weights.transpose(-1, -2), d_o)
+            d_s = d_weights.sub_((weights * d_weights).sum(-1, keepdim=True)).mul_(weights)
+            if d_stats is not None:
+                d_s.add_(d_stats)
+            d_s.mul_(scale)
+            dq[..., rows, :] = torch.matmul(d_s, k)
+            dk += torch.matmul(d_s.transpose(-1, -2), q_c)
+        return dq, dk, dv, None, None, None, None, None, None
+
+
+def _chunk_rows(q: Tensor, k: Tensor) -> int:
+    """Queries per chunk: :data:`CHUNK_ELEMENTS` score entries, at least one query."""
+    per_query = max(math.prod(q.shape[:-2]) * k.shape[-2], 1)
+    return max(1, min(q.shape[-2], CHUNK_ELEMENTS // per_query))
+
+
+def _scores(q_c: Tensor, k: Tensor, scale: float, key_mask: Optional[Tensor], causal: bool, rows: slice):
+    """The chunk's scores with ``-inf`` on hidden keys, and the visibility mask (None: all visible)."""
+    s = torch.matmul(q_c, k.transpose(-1, -2)).mul_(scale)
+    visible = key_mask
+    if causal:
+        tri = torch.arange(rows.start, rows.stop, device=s.device)[:, None] >= torch.arange(k.shape[-2], device=s.device)
+        visible = tri if visible is None else visible & tri
+    if visible is not None:
+        s.masked_fill_(~visible, float("-inf"))
+    return s, visible
+
+
+def _softmax(z: Tensor):
+    """``softmax(z)`` in place of ``z``, and each row's log-normaliser (0 on rows without keys, whose weights are 0)."""
+    top = z.amax(-1, keepdim=True)
+    top = torch.where(torch.isfinite(top), top, 0.0)
+    weights = z.sub_(top).exp_()
+    total = weights.sum(-1, keepdim=True)
+    weights.div_(total.clamp_min(torch.finfo(z.dtype).tiny))
+    return weights, torch.where(total > 0, top + total.log(), 0.0)
+
+
+def dense_bam_attention(
+    norm: BAM,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    mask: Optional[Tensor] = None,
+    causal: bool = False,
+    scale: Optional[float] = None,
+    dropout: float = 0.0,
+    noise: Optional[Tensor] = None,
+) -> Tensor:
+    """BAM attention ``dropout(W) v`` of ``q [..., H, Q, d]``, ``k, v [..., H, K, *]``, its KL added
+    to the active :func:`~common.attention.aux_losses` collector as ``"bam_kl"``.
+
+    ``mask`` is a key padding mask (boolean, broadcastable to ``[..., H, 1, K]``, True = attend);
+    ``causal`` hides keys ``j > i``. ``noise`` is an explicit standard log-noise
+    ``[..., H, Q, K]`` (``log(-log u)`` for Weibull, ``N(0, 1)`` for Lognormal), else it is drawn.
+    Computes in float32 (autocast off) and returns ``q``'s dtype, as the normalizers do.
+    """
+    collect = collecting()
+    kernel = norm.kl_kernel
+    if collect and not supports(kernel, causal):
+        raise ValueError(f"{norm.extra_repr()}: no closed-form KL under a causal mask; use the materialised path")
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    noise_scale = (1 / norm.k if norm.posterior == "weibull" else norm.sigma) if norm.sampling else 0.0
+    seed = int(torch.randint(0, 1 << 62, ()))
+    sampler = Sampler(norm.posterior, noise_scale, dropout, seed, noise)
+    key_mask = None if mask is None else mask.view((1,) * max(2 - mask.dim(), 0) + mask.shape)
+    want_sq = collect and needs_square_sums(kernel)
+    with torch.autocast(q.device.type, enabled=False):
+        qf, kf, vf = (x.float() if x.dtype != torch.float64 else x for x in (q, k, v))
+        out, lse, sq = _ChunkedNoisyAttention.apply(qf, kf, vf, key_mask, causal, scale, sampler, collect, want_sq)
+        if collect:
+            prior = None if norm.prior_net is None else norm.prior_net(kf)
+            add_aux_loss("bam_kl", dense_kl(kernel, qf, kf, lse, scale=scale, causal=causal, prior_logits=prior,
+                                            key_mask=None if key_mask is None else key_mask.squeeze(-2),
+                                            square_sums=sq if want_sq else None))
+    return out.to(q.dtype)
+
+
+def fused_bam(attend, q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], causal: bool,
+              need_maps: bool) -> Optional[Tensor]:
+    """``Attend``'s output by :func:`dense_bam_attention` when nothing needs the weight matrix, else None.
+
+    Taken when the normalizer is BAM, no map operator is on (position interactions,
+    predictive/evolving, span, convoluted), ``need_maps`` is off, the mask is a key padding
+    mask (per-query masks keep the materialised path), and, when the KL is collected, its
+    closed form covers the mask (:func:`~common.attention.bam_stats.supports`). In evaluation
+    without Monte Carlo sampling and without a KL collector, BAM is its posterior mean,
+    softmax, and the call is ``F.scaled_dot_product_attention``.
+    """
+    norm = attend.normalizer
+    if (not isinstance(norm, BAM) or need_maps or os.environ.get("ATTN_FUSED_BAM", "1") == "0"
+            or any(op is not None for op in (attend.absolute, attend.relative, attend.cross_layer,
+                                             attend.span, attend.convoluted))
+            or not (q.shape[:-2] == k.shape[:-2] == v.shape[:-2])
+            or (mask is not None and (mask.dim() > q.dim() or (mask.dim() >= 2 and mask.shape[-2] != 1)))):
+        return None
+    if not (norm.sampling or collecting()):
+        return attend._sdpa(q, k, v, mask, causal)
+    if collecting() and not supports(norm.kl_kernel, causal):
+        return None
+    return dense_bam_attention(norm, q, k, v, mask=mask, causal=causal, scale=attend.scale,
+                               dropout=attend.dropout_p if attend.training else 0.0)
