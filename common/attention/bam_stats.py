@@ -117,7 +117,7 @@ def dense_kl(
         row = row * kernel.scale
     row = torch.where(nonempty, row, 0.0)
     count = n.expand_as(row).sum().clamp_min(1)
-    return (row.sum() / count + kernel.const).to(lse.dtype if lse.dtype == torch.float64 else torch.float32)
+    return (row.sum() / count + kernel.const).to(q.dtype)
 
 
 def _row_select(causal: bool, num_queries: int, num_keys: int, device) -> Optional[Tensor]:

@@ -34,6 +34,9 @@ from .functional import lognormal_log_noise, weibull_log_noise
 
 #: Score entries per chunk (``batch x heads x chunk queries x keys``): 8 MiB of float32.
 CHUNK_ELEMENTS = 1 << 21
+#: The forward pass keeps the chunks' scores and weights for the backward pass while both
+#: together take at most this many bytes (short sequences); longer ones recompute them.
+KEEP_BYTES = 256 << 20
 _SEED_STRIDE = 0x9E3779B97F4A7C15
 
 
@@ -47,7 +50,8 @@ class Sampler:
         self.seed, self.noise = seed, noise
 
     def draws(self, like: Tensor, chunk: int, rows: slice):
-        """The chunk's scaled log-noise (or None) and dropout scale (``keep / (1 - p)``, or None)."""
+        """The chunk's standard log-noise (or None; scale it by ``noise_scale``) and dropout
+        scale (``keep / (1 - p)``, or None)."""
         generator = None
         if (self.noise_scale and self.noise is None) or self.dropout:
             generator = torch.Generator(device=like.device)
@@ -55,11 +59,11 @@ class Sampler:
         noise = None
         if self.noise_scale:
             if self.noise is not None:
-                noise = self.noise[..., rows, :].to(like.dtype) * self.noise_scale
+                noise = self.noise[..., rows, :].to(like.dtype)
             elif self.posterior == "weibull":
-                noise = weibull_log_noise(like, 1 / self.noise_scale, generator)
+                noise = weibull_log_noise(like, 1.0, generator)
             else:
-                noise = lognormal_log_noise(like, self.noise_scale, generator)
+                noise = lognormal_log_noise(like, 1.0, generator)
         keep = None
         if self.dropout:
             keep = torch.rand(like.shape, dtype=like.dtype, device=like.device, generator=generator)
@@ -71,8 +75,10 @@ class _ChunkedNoisyAttention(torch.autograd.Function):
     """``(dropout(softmax(s + noise)) v, LSE_i, S2_i)`` over query chunks, ``s = scale q k^T``.
 
     ``LSE_i`` is the log-sum-exp of the clean scores over the visible keys and ``S2_i`` their sum
-    of squares (computed when ``want_lse``/``want_sq``): the row statistics of the KL. Masked entries get
-    exactly zero weight; rows without a visible key give zero output and ``LSE_i = -inf``.
+    of squares (computed when ``want_lse``/``want_sq``): the row statistics of the KL. Masked
+    entries get exactly zero weight; rows without a visible key give zero output and
+    ``LSE_i = -inf``. While every chunk's scores and weights fit in :data:`KEEP_BYTES` they are
+    kept for the backward pass; beyond that the backward recomputes them, noise included.
     """
 
     @staticmethod
@@ -83,46 +89,56 @@ class _ChunkedNoisyAttention(torch.autograd.Function):
         lse = q.new_full(q.shape[:-1] if want_lse else (0,), float("-inf"))
         norm = q.new_empty(q.shape[:-1] + (1,))
         sq = q.new_zeros(q.shape[:-1] if want_sq else (0,))
-        for index, start in enumerate(range(0, Q, chunk)):
-            rows = slice(start, min(start + chunk, Q))
-            s, visible = _scores(q[..., rows, :], k, scale, key_mask, causal, rows)
+        keep_tiles = 2 * math.prod(q.shape[:-1]) * k.shape[-2] * q.element_size() <= KEEP_BYTES
+        ctx.tiles = []
+        q_scaled = q * scale
+        for index, rows in enumerate(_chunks(Q, chunk)):
+            visible = _visible(key_mask, causal, rows, k.shape[-2], q.device)
+            s = _scores(q_scaled[..., rows, :], k, visible)
             if want_lse:
                 lse[..., rows] = torch.logsumexp(s, -1)
             if want_sq:
-                sq[..., rows] = (s if visible is None else s.masked_fill(~visible, 0.0)).square().sum(-1)
+                sq[..., rows] = _real(s, visible).square().sum(-1)
             noise, keep = sampler.draws(s, index, rows)
-            z = s if noise is None else s.add_(noise)
+            z = s if noise is None else (s.add(noise, alpha=sampler.noise_scale) if keep_tiles
+                                         else s.add_(noise, alpha=sampler.noise_scale))
             weights, norm[..., rows, :] = _softmax(z)
-            if keep is not None:
-                weights.mul_(keep)
-            out[..., rows, :] = torch.matmul(weights, v)
+            if keep_tiles:
+                ctx.tiles.append((s if want_lse or want_sq else None, weights, keep))
+            out[..., rows, :] = torch.matmul(weights if keep is None else weights * keep, v)
         ctx.save_for_backward(q, k, v, key_mask, lse, norm)
-        ctx.causal, ctx.scale, ctx.sampler, ctx.chunk, ctx.want_sq = causal, scale, sampler, chunk, want_sq
-        ctx.want_lse = want_lse
+        ctx.causal, ctx.scale, ctx.sampler, ctx.chunk = causal, scale, sampler, chunk
+        ctx.want_lse, ctx.want_sq = want_lse, want_sq
         ctx.mark_non_differentiable(*(() if want_lse else (lse,)), *(() if want_sq else (sq,)))
         return out, lse, sq
 
     @staticmethod
     def backward(ctx, d_out, d_lse, d_sq):
         q, k, v, key_mask, lse, norm = ctx.saved_tensors
-        scale, sampler, chunk = ctx.scale, ctx.sampler, ctx.chunk
+        scale, sampler = ctx.scale, ctx.sampler
+        tiles, ctx.tiles = ctx.tiles, None
         dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
         lse_safe = torch.where(torch.isfinite(lse), lse, 0.0).unsqueeze(-1) if ctx.want_lse else None
-        for index, start in enumerate(range(0, q.shape[-2], chunk)):
-            rows = slice(start, min(start + chunk, q.shape[-2]))
-            q_c = q[..., rows, :]
-            s, visible = _scores(q_c, k, scale, key_mask, ctx.causal, rows)
-            # d LSE_i / d s_ij = p_ij and d S2_i / d s_ij = 2 s_ij, before the noise is added in place
+        q_scaled = q * scale
+        for index, rows in enumerate(_chunks(q.shape[-2], ctx.chunk)):
+            q_c = q_scaled[..., rows, :]
+            visible = _visible(key_mask, ctx.causal, rows, k.shape[-2], q.device)
+            if tiles:
+                s, weights, keep = tiles[index]
+                tiles[index] = None
+            else:
+                s = _scores(q_c, k, visible)
+            # d S2_i / d s_ij = 2 s_ij and d LSE_i / d s_ij = p_ij = exp(s_ij - LSE_i)
             d_stats = None
-            if ctx.want_lse and d_lse is not None:
-                d_stats = (s - lse_safe[..., rows, :]).exp_().mul_(d_lse[..., rows, None])
             if ctx.want_sq and d_sq is not None:
-                s_real = s if visible is None else s.masked_fill(~visible, 0.0)
-                d_sq_s = s_real.mul_(2 * d_sq[..., rows, None])
-                d_stats = d_sq_s if d_stats is None else d_stats.add_(d_sq_s)
-            noise, keep = sampler.draws(s, index, rows)
-            z = s if noise is None else s.add_(noise)
-            weights = z.sub_(norm[..., rows, :]).exp_()
+                d_stats = _real(s, visible) * (2 * d_sq[..., rows, None])
+            if ctx.want_lse and d_lse is not None:
+                p = (s - lse_safe[..., rows, :]).exp_().mul_(d_lse[..., rows, None])
+                d_stats = p if d_stats is None else d_stats.add_(p)
+            if not tiles:
+                noise, keep = sampler.draws(s, index, rows)
+                z = s if noise is None else s.add_(noise, alpha=sampler.noise_scale)
+                weights = z.sub_(norm[..., rows, :]).exp_()
             d_o = d_out[..., rows, :]
             d_weights = torch.matmul(d_o, v.transpose(-1, -2))
             if keep is not None:
@@ -133,10 +149,18 @@ class _ChunkedNoisyAttention(torch.autograd.Function):
             d_s = d_weights.sub_((weights * d_weights).sum(-1, keepdim=True)).mul_(weights)
             if d_stats is not None:
                 d_s.add_(d_stats)
-            d_s.mul_(scale)
-            dq[..., rows, :] = torch.matmul(d_s, k)
+            dq[..., rows, :] = torch.matmul(d_s, k).mul_(scale)
             dk += torch.matmul(d_s.transpose(-1, -2), q_c)
         return dq, dk, dv, None, None, None, None, None, None
+
+
+def _chunks(num_queries: int, chunk: int):
+    return [slice(start, min(start + chunk, num_queries)) for start in range(0, num_queries, chunk)]
+
+
+def _real(s: Tensor, visible: Optional[Tensor]) -> Tensor:
+    """Scores with hidden entries at 0 instead of ``-inf``."""
+    return s if visible is None else s.masked_fill(~visible, 0.0)
 
 
 def _chunk_rows(q: Tensor, k: Tensor) -> int:
@@ -145,16 +169,18 @@ def _chunk_rows(q: Tensor, k: Tensor) -> int:
     return max(1, min(q.shape[-2], CHUNK_ELEMENTS // per_query))
 
 
-def _scores(q_c: Tensor, k: Tensor, scale: float, key_mask: Optional[Tensor], causal: bool, rows: slice):
-    """The chunk's scores with ``-inf`` on hidden keys, and the visibility mask (None: all visible)."""
-    s = torch.matmul(q_c, k.transpose(-1, -2)).mul_(scale)
-    visible = key_mask
-    if causal:
-        tri = torch.arange(rows.start, rows.stop, device=s.device)[:, None] >= torch.arange(k.shape[-2], device=s.device)
-        visible = tri if visible is None else visible & tri
-    if visible is not None:
-        s.masked_fill_(~visible, float("-inf"))
-    return s, visible
+def _visible(key_mask: Optional[Tensor], causal: bool, rows: slice, num_keys: int, device) -> Optional[Tensor]:
+    """The chunk's visibility (True = attend), broadcastable to its scores; None when all keys are visible."""
+    if not causal:
+        return key_mask
+    tri = torch.arange(rows.start, rows.stop, device=device)[:, None] >= torch.arange(num_keys, device=device)
+    return tri if key_mask is None else key_mask & tri
+
+
+def _scores(q_c: Tensor, k: Tensor, visible: Optional[Tensor]) -> Tensor:
+    """The chunk's scores (``q_c`` is already scaled) with ``-inf`` on hidden keys."""
+    s = torch.matmul(q_c, k.transpose(-1, -2))
+    return s if visible is None else s.masked_fill_(~visible, float("-inf"))
 
 
 def _softmax(z: Tensor):
