@@ -32,8 +32,9 @@ The layer's KL is ``sum_i R_i / sum_i n_i + const`` over non-empty rows, the mea
 entries of :class:`~common.attention.bam._MeanKL`. Everything here is ``O(L d)``; the row
 statistics ``LSE_i`` (and ``S2_i``) come with their gradients from the attention kernel
 (``d LSE_i / d s_ij = p_ij``, ``d S2_i / d s_ij = 2 s_ij``), and autograd carries the rest
-to ``q``, ``k`` and the prior network. The sums run in float64: the Lognormal expansion
-subtracts terms of size ``n_i LSE_i^2`` from each other.
+to ``q``, ``k`` and the prior network. The dot products run in the dtype of ``q`` (matrix
+products), the per-row sums in float64: the Lognormal expansion subtracts terms of size
+``n_i LSE_i^2`` from each other.
 
 A causal mask makes ``K_i`` a prefix sum, but the contextual prior's normaliser then
 changes with the query (``lgamma(beta pi_ij)`` sums no longer factor) and ``S2_i`` would need
@@ -80,40 +81,42 @@ def dense_kl(
     if not supports(kernel, causal):
         raise ValueError("this KL has no closed form under a causal mask; use the materialised path")
     f64 = torch.float64
-    Q = q.shape[-2]
     visible = (torch.ones((), dtype=torch.bool, device=k.device) if key_mask is None else key_mask)
     visible = visible.expand(k.shape[:-1])
-    m = visible.to(f64)
-    q64, k64 = q.to(f64), k.to(f64)
-    rows = _row_select(causal, Q, k.shape[-2], k.device)
-    n = _key_sums(m.unsqueeze(-1), rows).squeeze(-1)  # [..., H, Q or 1]
+    rows = _row_select(causal, q.shape[-2], k.shape[-2], k.device)
+    n = _key_sums(visible.to(f64).unsqueeze(-1), rows).squeeze(-1)  # [..., H, Q or 1]
     nonempty = n > 0
     lse = torch.where(nonempty, lse.to(f64), 0.0)
-    key_sum = _key_sums(k64 * m.unsqueeze(-1), rows)  # K_i
-    qk_sum = _dot(q64, key_sum) * scale
+
+    def q_dot_keys(weights: Tensor) -> Tensor:
+        """``scale q_i . sum_{j in V_i} w_j k_j`` for per-key weights ``[..., H, K]`` (zero on hidden keys)."""
+        if rows is None:
+            return (torch.matmul(q, torch.matmul(weights.to(k.dtype).unsqueeze(-2), k).transpose(-1, -2))
+                    .squeeze(-1).to(f64) * scale)
+        return (q * _key_sums(weights.to(k.dtype).unsqueeze(-1) * k, rows)).sum(-1).to(f64) * scale
+
     if isinstance(kernel, WeibullGammaKL):
         beta = math.exp(kernel.log_beta)
         if kernel.alpha is not None:
-            row = beta - kernel.alpha * (qk_sum - n * lse)
+            row = beta - kernel.alpha * (q_dot_keys(visible) - n * lse)
         else:
             log_pi = _masked_log_softmax(prior_logits.to(f64), visible)
             log_tiny = math.log(torch.finfo(prior_logits.dtype).tiny)
             alpha = torch.where(visible, (log_pi + math.log(beta)).clamp_min(log_tiny).exp(), 0.0)
             alpha_sum = alpha.sum(-1, keepdim=True)
             lgamma_sum = torch.where(visible, torch.lgamma(torch.where(visible, alpha, 1.0)), 0.0).sum(-1, keepdim=True)
-            q_alpha = _dot(q64, (alpha.unsqueeze(-1) * k64).sum(-2, keepdim=True)) * scale
-            row = beta + lgamma_sum + kernel.c * alpha_sum - q_alpha + alpha_sum * lse
+            row = beta + lgamma_sum + kernel.c * alpha_sum - q_dot_keys(alpha) + alpha_sum * lse
     else:
         if square_sums is None:
             raise ValueError("the Lognormal KL needs square_sums (sum_j s_ij^2 of every query)")
         u = kernel.offset - lse
+        qk_sum = q_dot_keys(visible)
         if prior_logits is None:
             row = square_sums.to(f64) + 2 * u * qk_sum + n * u.square()
         else:
             t = torch.where(visible, _masked_log_softmax(prior_logits.to(f64), visible), 0.0)
-            q_t = _dot(q64, (t.unsqueeze(-1) * k64).sum(-2, keepdim=True)) * scale
             t_sum, t_sq = t.sum(-1, keepdim=True), t.square().sum(-1, keepdim=True)
-            row = square_sums.to(f64) - 2 * q_t + t_sq + 2 * u * (qk_sum - t_sum) + n * u.square()
+            row = square_sums.to(f64) - 2 * q_dot_keys(t) + t_sq + 2 * u * (qk_sum - t_sum) + n * u.square()
         row = row * kernel.scale
     row = torch.where(nonempty, row, 0.0)
     count = n.expand_as(row).sum().clamp_min(1)
@@ -132,11 +135,6 @@ def _key_sums(x: Tensor, rows: Optional[Tensor]) -> Tensor:
     if rows is None:
         return x.sum(-2, keepdim=True)
     return x.cumsum(-2).index_select(-2, rows)
-
-
-def _dot(q: Tensor, vectors: Tensor) -> Tensor:
-    """``q_i . v_i`` for ``q [..., Q, d]`` and ``vectors [..., Q or 1, d]``: ``[..., Q]``."""
-    return (q * vectors).sum(-1)
 
 
 def _masked_log_softmax(logits: Tensor, visible: Tensor) -> Tensor:
