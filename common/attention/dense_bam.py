@@ -59,7 +59,7 @@ class Sampler:
         noise = None
         if self.noise_scale:
             if self.noise is not None:
-                noise = self.noise[..., rows, :].to(like.dtype)
+                noise = self.noise[..., rows, :].to(like.dtype, copy=True)
             elif self.posterior == "weibull":
                 noise = weibull_log_noise(like, 1.0, generator)
             else:
@@ -100,13 +100,15 @@ class _ChunkedNoisyAttention(torch.autograd.Function):
             if want_sq:
                 sq[..., rows] = _real(s, visible).square().sum(-1)
             noise, keep = sampler.draws(s, index, rows)
-            z = s if noise is None else (s.add(noise, alpha=sampler.noise_scale) if keep_tiles
-                                         else s.add_(noise, alpha=sampler.noise_scale))
+            if noise is not None:  # z = s + scale * noise, in the noise's buffer
+                z = noise.mul_(sampler.noise_scale).add_(s)
+            else:
+                z = s.clone() if keep_tiles and (want_lse or want_sq) else s
             weights, norm[..., rows, :] = _softmax(z)
             if keep_tiles:
                 ctx.tiles.append((s if want_lse or want_sq else None, weights, keep))
             out[..., rows, :] = torch.matmul(weights if keep is None else weights * keep, v)
-        ctx.save_for_backward(q, k, v, key_mask, lse, norm)
+        ctx.save_for_backward(q, k, v, key_mask, lse, norm, out)
         ctx.causal, ctx.scale, ctx.sampler, ctx.chunk = causal, scale, sampler, chunk
         ctx.want_lse, ctx.want_sq = want_lse, want_sq
         ctx.mark_non_differentiable(*(() if want_lse else (lse,)), *(() if want_sq else (sq,)))
@@ -114,10 +116,12 @@ class _ChunkedNoisyAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, d_out, d_lse, d_sq):
-        q, k, v, key_mask, lse, norm = ctx.saved_tensors
+        q, k, v, key_mask, lse, norm, out = ctx.saved_tensors
         scale, sampler = ctx.scale, ctx.sampler
         tiles, ctx.tiles = ctx.tiles, None
-        dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+        dq, dk, dv = torch.empty_like(q), torch.zeros_like(k), torch.zeros_like(v)
+        # sum_j W_ij dW_ij = dO_i . O_i (W includes the dropout mask): the flash-attention identity
+        d_norm = (d_out * out).sum(-1, keepdim=True)
         lse_safe = torch.where(torch.isfinite(lse), lse, 0.0).unsqueeze(-1) if ctx.want_lse else None
         q_scaled = q * scale
         for index, rows in enumerate(_chunks(q.shape[-2], ctx.chunk)):
@@ -132,13 +136,13 @@ class _ChunkedNoisyAttention(torch.autograd.Function):
             d_stats = None
             if ctx.want_sq and d_sq is not None:
                 d_stats = _real(s, visible) * (2 * d_sq[..., rows, None])
-            if ctx.want_lse and d_lse is not None:
-                p = (s - lse_safe[..., rows, :]).exp_().mul_(d_lse[..., rows, None])
-                d_stats = p if d_stats is None else d_stats.add_(p)
             if not tiles:
                 noise, keep = sampler.draws(s, index, rows)
-                z = s if noise is None else s.add_(noise, alpha=sampler.noise_scale)
+                z = s.clone() if noise is None else noise.mul_(sampler.noise_scale).add_(s)
                 weights = z.sub_(norm[..., rows, :]).exp_()
+            if ctx.want_lse and d_lse is not None:
+                p = s.sub_(lse_safe[..., rows, :]).exp_().mul_(d_lse[..., rows, None])
+                d_stats = p if d_stats is None else d_stats.add_(p)
             d_o = d_out[..., rows, :]
             d_weights = torch.matmul(d_o, v.transpose(-1, -2))
             if keep is not None:
@@ -146,7 +150,7 @@ class _ChunkedNoisyAttention(torch.autograd.Function):
                 d_weights.mul_(keep)
             else:
                 dv += torch.matmul(weights.transpose(-1, -2), d_o)
-            d_s = d_weights.sub_((weights * d_weights).sum(-1, keepdim=True)).mul_(weights)
+            d_s = d_weights.sub_(d_norm[..., rows, :]).mul_(weights)
             if d_stats is not None:
                 d_s.add_(d_stats)
             dq[..., rows, :] = torch.matmul(d_s, k).mul_(scale)
