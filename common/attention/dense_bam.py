@@ -90,6 +90,7 @@ class _ChunkedNoisyAttention(torch.autograd.Function):
         norm = q.new_empty(q.shape[:-1] + (1,))
         sq = q.new_zeros(q.shape[:-1] if want_sq else (0,))
         keep_tiles = 2 * math.prod(q.shape[:-1]) * k.shape[-2] * q.element_size() <= KEEP_BYTES
+        empty_rows = key_mask is not None and (causal or not bool(key_mask.any(-1).all()))
         ctx.tiles = []
         q_scaled = q * scale
         for index, rows in enumerate(_chunks(Q, chunk)):
@@ -101,16 +102,19 @@ class _ChunkedNoisyAttention(torch.autograd.Function):
                 sq[..., rows] = _real(s, visible).square().sum(-1)
             noise, keep = sampler.draws(s, index, rows)
             if noise is not None:  # z = s + scale * noise, in the noise's buffer
-                z = noise.mul_(sampler.noise_scale).add_(s)
+                z = torch.add(s, noise, alpha=sampler.noise_scale, out=noise)
             else:
                 z = s.clone() if keep_tiles and (want_lse or want_sq) else s
-            weights, norm[..., rows, :] = _softmax(z)
+            if keep_tiles:  # the backward pass needs the weights only, not their normaliser
+                weights = _fast_softmax(z, empty_rows)
+            else:
+                weights, norm[..., rows, :] = _softmax(z)
             if keep_tiles:
                 ctx.tiles.append((s if want_lse or want_sq else None, weights, keep))
             out[..., rows, :] = torch.matmul(weights if keep is None else weights * keep, v)
         ctx.save_for_backward(q, k, v, key_mask, lse, norm, out)
         ctx.causal, ctx.scale, ctx.sampler, ctx.chunk = causal, scale, sampler, chunk
-        ctx.want_lse, ctx.want_sq = want_lse, want_sq
+        ctx.want_lse, ctx.want_sq, ctx.empty_rows = want_lse, want_sq, empty_rows
         ctx.mark_non_differentiable(*(() if want_lse else (lse,)), *(() if want_sq else (sq,)))
         return out, lse, sq
 
@@ -138,10 +142,12 @@ class _ChunkedNoisyAttention(torch.autograd.Function):
                 d_stats = _real(s, visible) * (2 * d_sq[..., rows, None])
             if not tiles:
                 noise, keep = sampler.draws(s, index, rows)
-                z = s.clone() if noise is None else noise.mul_(sampler.noise_scale).add_(s)
+                z = s.clone() if noise is None else torch.add(s, noise, alpha=sampler.noise_scale, out=noise)
                 weights = z.sub_(norm[..., rows, :]).exp_()
             if ctx.want_lse and d_lse is not None:
-                p = s.sub_(lse_safe[..., rows, :]).exp_().mul_(d_lse[..., rows, None])
+                p = (_fast_softmax(s, True) if ctx.empty_rows else torch.softmax(s, -1)) if tiles else \
+                    s.sub_(lse_safe[..., rows, :]).exp_()
+                p.mul_(d_lse[..., rows, None])
                 d_stats = p if d_stats is None else d_stats.add_(p)
             d_o = d_out[..., rows, :]
             d_weights = torch.matmul(d_o, v.transpose(-1, -2))
@@ -182,9 +188,18 @@ def _visible(key_mask: Optional[Tensor], causal: bool, rows: slice, num_keys: in
 
 
 def _scores(q_c: Tensor, k: Tensor, visible: Optional[Tensor]) -> Tensor:
-    """The chunk's scores (``q_c`` is already scaled) with ``-inf`` on hidden keys."""
+    """The chunk's scores (``q_c`` is already scaled) with ``-inf`` on hidden keys (added as a
+    ``0 / -inf`` bias: the mask has no head dimension, so this is cheaper than a masked fill)."""
     s = torch.matmul(q_c, k.transpose(-1, -2))
-    return s if visible is None else s.masked_fill_(~visible, float("-inf"))
+    if visible is None:
+        return s
+    return s.add_(torch.zeros(visible.shape, dtype=s.dtype, device=s.device).masked_fill_(~visible, float("-inf")))
+
+
+def _fast_softmax(z: Tensor, empty_rows: bool) -> Tensor:
+    """``torch.softmax`` (one fused pass), with zeros instead of NaN on rows without keys."""
+    weights = torch.softmax(z, -1)
+    return weights.nan_to_num_(0.0) if empty_rows else weights
 
 
 def _softmax(z: Tensor):
