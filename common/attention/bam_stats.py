@@ -33,7 +33,7 @@ entries of :class:`~common.attention.bam._MeanKL`. Everything here is ``O(L d)``
 statistics ``LSE_i`` (and ``S2_i``) come with their gradients from the attention kernel
 (``d LSE_i / d s_ij = p_ij``, ``d S2_i / d s_ij = 2 s_ij``), and autograd carries the rest
 to ``q``, ``k`` and the prior network. The dot products run in the dtype of ``q`` (matrix
-products), the per-row sums in float64: the Lognormal expansion subtracts terms of size
+the per-row sums in float64: the Lognormal expansion subtracts terms of size
 ``n_i LSE_i^2`` from each other.
 
 A causal mask makes ``K_i`` a prefix sum, but the contextual prior's normaliser then
@@ -90,9 +90,7 @@ def dense_kl(
 
     def q_dot_keys(weights: Tensor) -> Tensor:
         """``scale q_i . sum_{j in V_i} w_j k_j`` for per-key weights ``[..., H, K]`` (zero on hidden keys)."""
-        if rows is None:
-            return (torch.matmul(q, torch.matmul(weights.to(k.dtype).unsqueeze(-2), k).transpose(-1, -2))
-                    .squeeze(-1).to(f64) * scale)
+        # elementwise products: the matrix products here would have an inner size of 1
         return (q * _key_sums(weights.to(k.dtype).unsqueeze(-1) * k, rows)).sum(-1).to(f64) * scale
 
     if isinstance(kernel, WeibullGammaKL):
