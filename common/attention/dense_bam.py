@@ -96,21 +96,22 @@ class _ChunkedNoisyAttention(torch.autograd.Function):
         for index, rows in enumerate(_chunks(Q, chunk)):
             visible = _visible(key_mask, causal, rows, k.shape[-2], q.device)
             s = _scores(q_scaled[..., rows, :], k, visible)
-            if want_lse:
-                lse[..., rows] = torch.logsumexp(s, -1)
+            p = None
+            if want_lse:  # p = softmax(s), LSE_i = max_j s_ij - log max_j p_ij (one fused softmax)
+                p = _fast_softmax(s, empty_rows)
+                lse[..., rows] = _log_normaliser(s, p)
             if want_sq:
                 sq[..., rows] = _real(s, visible).square().sum(-1)
             noise, keep = sampler.draws(s, index, rows)
             if noise is not None:  # z = s + scale * noise, in the noise's buffer
                 z = torch.add(s, noise, alpha=sampler.noise_scale, out=noise)
             else:
-                z = s.clone() if keep_tiles and (want_lse or want_sq) else s
+                z = s.clone() if keep_tiles and want_sq else s
             if keep_tiles:  # the backward pass needs the weights only, not their normaliser
                 weights = _fast_softmax(z, empty_rows)
+                ctx.tiles.append((s if want_sq else None, p, weights, keep))
             else:
                 weights, norm[..., rows, :] = _softmax(z)
-            if keep_tiles:
-                ctx.tiles.append((s if want_lse or want_sq else None, weights, keep))
             outs.append(torch.matmul(weights if keep is None else weights * keep, v))
         out = outs[0] if len(outs) == 1 else torch.cat(outs, -2)
         ctx.save_for_backward(q_scaled, k, v, key_mask, lse, norm, out)
@@ -134,7 +135,7 @@ class _ChunkedNoisyAttention(torch.autograd.Function):
             q_c = q_scaled[..., rows, :]
             visible = _visible(key_mask, ctx.causal, rows, k.shape[-2], k.device)
             if tiles:
-                s, weights, keep = tiles[index]
+                s, p, weights, keep = tiles[index]
                 tiles[index] = None
             else:
                 s = _scores(q_c, k, visible)
@@ -146,11 +147,8 @@ class _ChunkedNoisyAttention(torch.autograd.Function):
                 noise, keep = sampler.draws(s, index, rows)
                 z = s.clone() if noise is None else torch.add(s, noise, alpha=sampler.noise_scale, out=noise)
                 weights = z.sub_(norm[..., rows, :]).exp_()
-            if ctx.want_lse and d_lse is not None:
-                p = (_fast_softmax(s, True) if ctx.empty_rows else torch.softmax(s, -1)) if tiles else \
-                    s.sub_(lse_safe[..., rows, :]).exp_()
-                p.mul_(d_lse[..., rows, None])
-                d_stats = p if d_stats is None else d_stats.add_(p)
+            if ctx.want_lse and d_lse is not None and not tiles:
+                p = s.sub_(lse_safe[..., rows, :]).exp_()
             d_o = d_out[..., rows, :]
             d_weights = torch.matmul(d_o, v.transpose(-1, -2))
             if keep is not None:
@@ -159,6 +157,8 @@ class _ChunkedNoisyAttention(torch.autograd.Function):
             d_s = d_weights.sub_(d_norm[..., rows, :]).mul_(weights)
             if d_stats is not None:
                 d_s.add_(d_stats)
+            if ctx.want_lse and d_lse is not None:
+                d_s.addcmul_(p, d_lse[..., rows, None])
             dqs.append(torch.matmul(d_s, k).mul_(scale))
             dk_t = dk_t + torch.matmul(q_c.transpose(-1, -2).contiguous(), d_s)
         dq = dqs[0] if len(dqs) == 1 else torch.cat(dqs, -2)
@@ -195,6 +195,13 @@ def _scores(q_c: Tensor, k: Tensor, visible: Optional[Tensor]) -> Tensor:
     if visible is None:
         return s
     return s.add_(torch.zeros(visible.shape, dtype=s.dtype, device=s.device).masked_fill_(~visible, float("-inf")))
+
+
+def _log_normaliser(s: Tensor, p: Tensor) -> Tensor:
+    """``log sum_j exp(s_ij)`` from ``p = softmax(s)``: ``max_j s_ij - log max_j p_ij`` (``p``'s
+    largest entry is at least ``1/K``, so its log is well conditioned); ``-inf`` on rows without keys."""
+    top = s.amax(-1)
+    return torch.where(torch.isfinite(top), top - p.amax(-1).log(), float("-inf"))
 
 
 def _fast_softmax(z: Tensor, empty_rows: bool) -> Tensor:
