@@ -14,6 +14,10 @@ repeatable. Dropout on the weights (``Attend``'s ``dropout``) draws its mask fro
 generator. ``noise=`` takes an explicit standard log-noise tensor instead (tests compare
 the chunked path with the materialised one under the same noise).
 
+Where :func:`~common.attention.kernels.use_triton` says so (CUDA tensors), the Triton kernels
+of :mod:`common.attention.kernels.dense_bam` do the same work in one flash-style pass, with
+the noise drawn in the kernel from a counter-based generator.
+
 :class:`~common.attention.blocks.Attend` calls :func:`fused_bam` first and takes this path
 whenever nothing needs the weight matrix (see :func:`fused_bam` for the conditions); set
 ``ATTN_FUSED_BAM=0`` to force the materialised path.
@@ -31,6 +35,7 @@ from .aux import add_aux_loss, collecting
 from .bam import BAM
 from .bam_stats import dense_kl, needs_square_sums, supports
 from .functional import lognormal_log_noise, weibull_log_noise
+from .kernels import use_triton
 
 #: Score entries per chunk (``batch x heads x chunk queries x keys``): 8 MiB of float32.
 CHUNK_ELEMENTS = 1 << 21
@@ -246,19 +251,44 @@ def dense_bam_attention(
         raise ValueError(f"{norm.extra_repr()}: no closed-form KL under a causal mask; use the materialised path")
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     noise_scale = (1 / norm.k if norm.posterior == "weibull" else norm.sigma) if norm.sampling else 0.0
-    seed = int(torch.randint(0, 1 << 62, ()))
+    triton = noise is None and q.dtype != torch.float64 and use_triton(q)
+    seed = 0 if triton or not (noise_scale or dropout) else int(torch.randint(0, 1 << 62, ()))
     sampler = Sampler(norm.posterior, noise_scale, dropout, seed, noise)
     key_mask = None if mask is None else mask.view((1,) * max(2 - mask.dim(), 0) + mask.shape)
     want_sq = collect and needs_square_sums(kernel)
     with torch.autocast(q.device.type, enabled=False):
         qf, kf, vf = (x.float() if x.dtype != torch.float64 else x for x in (q, k, v))
-        out, lse, sq = _ChunkedNoisyAttention.apply(qf, kf, vf, key_mask, causal, scale, sampler, collect, want_sq)
+        if triton:
+            out, lse, sq = _triton_attention(q, k, v, key_mask, causal, scale, sampler, collect, want_sq)
+        else:
+            out, lse, sq = _ChunkedNoisyAttention.apply(qf, kf, vf, key_mask, causal, scale, sampler, collect,
+                                                        want_sq)
         if collect:
             prior = None if norm.prior_net is None else norm.prior_net(kf)
             add_aux_loss("bam_kl", dense_kl(kernel, qf, kf, lse, scale=scale, causal=causal, prior_logits=prior,
                                             key_mask=None if key_mask is None else key_mask.squeeze(-2),
                                             square_sums=sq if want_sq else None))
     return out.to(q.dtype)
+
+
+def _triton_attention(q, k, v, key_mask, causal, scale, sampler, want_lse, want_sq):
+    """:class:`~common.attention.kernels.dense_bam.TritonNoisyAttention` over ``[..., H, L, d]``
+    tensors (in their own dtype, float32 accumulation); its noise is keyed by (seed, batch*head,
+    query, key) and does not depend on the tiling."""
+    from .kernels import interpreting
+    from .kernels.dense_bam import NOISE_LOGNORMAL, NOISE_NONE, NOISE_WEIBULL, TritonNoisyAttention, seeds_for_call
+
+    lead, (n_q, d), (n_k, dv) = q.shape[:-2], q.shape[-2:], v.shape[-2:]
+    q3, k3, v3 = (x.reshape(-1, *x.shape[-2:]).contiguous() for x in (q, k, v))
+    km = None
+    if key_mask is not None:
+        km = key_mask.squeeze(-2).expand(lead + (n_k,)).reshape(-1, n_k).to(torch.int8).contiguous()
+    kind = NOISE_NONE if not sampler.noise_scale else (NOISE_WEIBULL if sampler.posterior == "weibull"
+                                                       else NOISE_LOGNORMAL)
+    out, lse, sq = TritonNoisyAttention.apply(q3, k3, v3, km, causal, scale, kind, float(sampler.noise_scale),
+                                              float(sampler.dropout), seeds_for_call(), want_lse, want_sq,
+                                              interpreting())
+    return out.view(lead + (n_q, dv)), lse.view(lead + (n_q,)), sq.view(lead + (n_q,))
 
 
 def fused_bam(attend, q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], causal: bool,
