@@ -289,7 +289,7 @@ def standard_noise(batch_heads: int, n_q: int, n_k: int, noise_kind: int, seeds,
     """The standard log-noise ``[BH, Q, K]`` and dropout scale (``keep / (1 - p)``) the kernels draw."""
     noise = torch.empty(batch_heads, n_q, n_k, device=device, dtype=torch.float32)
     keep = torch.empty_like(noise)
-    block = 256
+    block = 1024
     _noise_kernel[(triton.cdiv(n_q * n_k, block), batch_heads)](noise, keep, seeds[0], seeds[1], n_q, n_k,
                                                                  dropout, NOISE=noise_kind, BLOCK=block)
     return noise, keep
