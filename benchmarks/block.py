@@ -134,13 +134,14 @@ def bam_sweep(args) -> list:
                     names.append(variant + ":materialised")
                 fns = {name: bam_case(name, length, batch, dtype, args.device) for name in names}
                 calls = max(4, args.calls * 128 * 128 // (length * length))
-                times, ratio = paired_times({n: fns[n] for n in names[:2]}, calls, warmup=1)
+                clock = time.process_time if args.clock == "cpu" else time.perf_counter
+                times, ratio = paired_times({n: fns[n] for n in names[:2]}, calls, warmup=1, clock=clock)
                 row = {"variant": variant, "dtype": dtype, "length": length, "batch": batch, "heads": HEADS,
                        "head_dim": HEAD_DIM, "mask": "key padding", "calls": calls,
                        "sdpa_ms": round(times["softmax"], 2), "bam_ms": round(times[variant], 2),
                        "time_ratio": round(ratio, 3)}
                 if len(names) == 3:
-                    mat, mat_ratio = paired_times({n: fns[n] for n in names[::2]}, calls, warmup=1)
+                    mat, mat_ratio = paired_times({n: fns[n] for n in names[::2]}, calls, warmup=1, clock=clock)
                     row["materialised_ms"] = round(mat[names[2]], 2)
                     row["materialised_time_ratio"] = round(mat_ratio, 3)
                 mem = in_subprocess(__file__, "--bam-memory", variant, *common, "--threads", str(args.threads))
@@ -153,16 +154,17 @@ def bam_sweep(args) -> list:
     return rows
 
 
-def paired_times(fns: dict, calls: int, warmup: int = 3) -> tuple[dict, float]:
-    """Per-call medians of two functions timed in ABBA order, and the median of the paired ratios B/A."""
+def paired_times(fns: dict, calls: int, warmup: int = 3, clock=time.perf_counter) -> tuple[dict, float]:
+    """Per-call medians of two functions timed in ABBA order, and the median of the paired ratios B/A.
+    ``clock`` is wall time by default; ``time.process_time`` counts this process's CPU time only."""
     (name_a, fn_a), (name_b, fn_b) = fns.items()
     for _ in range(warmup):
         fn_a(), fn_b()
 
     def timed(fn) -> float:
-        start = time.perf_counter()
+        start = clock()
         fn()
-        return time.perf_counter() - start
+        return clock() - start
 
     samples = {name_a: [], name_b: []}
     ratios = []
@@ -206,6 +208,8 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=8192, help="section 3: batch = tokens / length (at least 1)")
     parser.add_argument("--materialised-max", type=float, default=2**27,
                         help="section 3: time the materialised path up to this many map entries")
+    parser.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                        help="section 3 timer: wall time, or this process's CPU time (steadier on a shared CPU)")
     parser.add_argument("--bam-memory", nargs=5, metavar=("NAME", "L", "B", "DTYPE", "DEVICE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -216,7 +220,7 @@ def main() -> None:
         report = {"environment": environment(args.threads), "device": args.device,
                   "pass": "forward+backward, training mode, KL collected",
                   "ratio": "median over calls of bam_time / sdpa_time, adjacent calls in ABBA order",
-                  "bam_vs_sdpa": bam_sweep(args)}
+                  "clock": args.clock, "bam_vs_sdpa": bam_sweep(args)}
         print("wrote", write_json("block_bam", report))
         return
     batch, lengths = (4, (32, 64)) if args.quick else (32, (128, 512))
