@@ -22,8 +22,13 @@ __all__ = ["PairedDifference", "BootstrapDifference", "paired_t", "minimal_detec
            "paired_bootstrap", "bleu_item_stats", "cider_item_scores"]
 
 
+class _Record:
+    def as_dict(self) -> Dict[str, float]:
+        return asdict(self)
+
+
 @dataclass(frozen=True)
-class PairedDifference:
+class PairedDifference(_Record):
     """``b - a`` over ``n`` paired seeds: ``mean``, sample ``sd``, ``confidence`` interval
     ``[low, high]``, and ``mdd``, the smallest true mean difference detected with ``power``."""
 
@@ -36,15 +41,12 @@ class PairedDifference:
     mdd: float
     power: float
 
-    def as_dict(self) -> Dict[str, float]:
-        return asdict(self)
-
     def __str__(self) -> str:
         return f"{self.mean:+.2f} [{self.low:+.2f}, {self.high:+.2f}]"
 
 
 @dataclass(frozen=True)
-class BootstrapDifference:
+class BootstrapDifference(_Record):
     """Corpus score of ``b`` minus that of ``a`` (``delta``), its percentile ``confidence``
     interval over ``resamples`` paired resamples, and ``p``: the share of resamples in which
     the difference has the other sign than ``delta`` (one-sided, Koehn's test)."""
@@ -55,9 +57,6 @@ class BootstrapDifference:
     p: float
     confidence: float
     resamples: int
-
-    def as_dict(self) -> Dict[str, float]:
-        return asdict(self)
 
 
 def minimal_detectable_difference(sd: float, n: int, alpha: float = 0.05, power: float = 0.8) -> float:
