@@ -29,7 +29,8 @@ from torch import Tensor, nn
 from .aux import add_aux_loss, collecting
 from .base import Normalizer
 from .functional import EULER_GAMMA, lognormal_log_noise, weibull_log_noise
-from .groups import make_groups
+from .groups import EdgeGroups, make_groups
+from .kernels import use_triton
 
 POSTERIORS = ("weibull", "lognormal")
 PRIORS = ("fixed", "contextual")
@@ -116,21 +117,31 @@ class BAM(Normalizer):
         return f"posterior={self.posterior}, prior={self.prior_type}, {spread}"
 
     # ------------------------------------------------------------------ forward ----
-    def normalize(self, scores: Tensor, groups, keys=None, key_index=None) -> Tensor:
+    def normalize(self, scores: Tensor, groups, keys=None, key_index=None, noise: Optional[Tensor] = None) -> Tensor:
+        """``noise``: the standard log-noise to use instead of a fresh draw (``log(-log u)`` or
+        ``eps``, shaped like ``scores``), e.g. to compare with the fused kernels."""
+        if isinstance(groups, EdgeGroups) and groups.ptr is not None and use_triton(scores):
+            from .kernels.edge_bam import bam_normalize
+            return bam_normalize(self, scores, groups, keys, key_index, noise)
         if self.sampling:
-            noise, scale = self._log_noise(scores)
-            weights = groups.softmax(torch.add(scores, noise, alpha=scale))
+            noise = self._log_noise(scores) if noise is None else noise
+            weights = groups.softmax(torch.add(scores, noise, alpha=self.noise_scale))
         else:
             weights = groups.softmax(scores)  # the posterior mean: E[S] = exp(logits)
         if collecting():
             add_aux_loss("bam_kl", self._kl(scores, groups, keys, key_index))
         return weights
 
-    def _log_noise(self, scores: Tensor):
-        """Standard log-noise and its scale (``1/k`` or ``sigma``), applied in the same pass as the add."""
+    def _log_noise(self, scores: Tensor) -> Tensor:
+        """Standard log-noise; :attr:`noise_scale` is applied in the same pass as the add."""
         if self.posterior == "weibull":
-            return weibull_log_noise(scores, 1.0), 1.0 / self.k
-        return lognormal_log_noise(scores, 1.0), self.sigma
+            return weibull_log_noise(scores, 1.0)
+        return lognormal_log_noise(scores, 1.0)
+
+    @property
+    def noise_scale(self) -> float:
+        """The scale of the standard log-noise: ``1/k`` (Weibull) or ``sigma`` (Lognormal)."""
+        return 1.0 / self.k if self.posterior == "weibull" else self.sigma
 
     # ------------------------------------------------------------------ prior ------
     def _prior_logits(self, scores: Tensor, groups, keys, key_index) -> Tensor:
