@@ -28,7 +28,7 @@ from torch import Tensor, nn
 
 from .aux import add_aux_loss, collecting
 from .base import Normalizer
-from .functional import EULER_GAMMA, lognormal_log_noise, weibull_log_noise
+from .functional import EULER_GAMMA, digamma_positive, lgamma_positive, lognormal_log_noise, weibull_log_noise
 from .groups import EdgeGroups, make_groups
 from .kernels import use_triton
 
@@ -227,7 +227,7 @@ class WeibullGammaKL:
             return torch.add(beta_p, logp, alpha=-self.alpha), (beta_p - self.alpha,)
         alpha = self._shift(log_pi).clamp_min(self._log_tiny(log_pi)).exp_()
         d_logp = beta_p - alpha
-        return beta_p.add_(torch.lgamma(alpha)).addcmul_(alpha, self.c - logp), (d_logp, alpha)
+        return beta_p.add_(lgamma_positive(alpha)).addcmul_(alpha, self.c - logp), (d_logp, alpha)
 
     def grads(self, logp: Tensor, log_pi: Optional[Tensor], saved, need_prior: bool):
         """Derivatives of :meth:`value` with respect to ``log p`` and ``log pi``."""
@@ -236,7 +236,7 @@ class WeibullGammaKL:
             return d_logp, None
         # d alpha / d log pi = alpha (zero where alpha is clamped); d lgamma(alpha) / d alpha = digamma(alpha)
         alpha = saved[1]
-        d_log_pi = (torch.digamma(alpha).add_(self.c) - logp).mul_(alpha)
+        d_log_pi = (digamma_positive(alpha).add_(self.c) - logp).mul_(alpha)
         clamped = log_pi < self._log_tiny(log_pi) - self.log_beta
         return d_logp, d_log_pi.masked_fill_(clamped, 0.0)
 

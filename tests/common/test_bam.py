@@ -158,3 +158,15 @@ def test_gradcheck_float64(name, per_query_mask):
         return w, aux.total()
 
     assert torch.autograd.gradcheck(run, (scores, keys))
+
+
+@pytest.mark.parametrize("dtype,rtol", [(torch.float32, 3e-6), (torch.float64, 1e-9)])
+def test_vectorised_lgamma_and_digamma_match_torch(dtype, rtol):
+    from common.attention.functional import digamma_positive, lgamma_positive
+    tiny = torch.finfo(dtype).tiny
+    x = torch.cat([torch.rand(1000, dtype=dtype) ** 3,
+                   torch.tensor([tiny, 1e-20, 1e-3, 0.5, 1, 2, 3, 5.9, 6, 10, 1e4, 1e8], dtype=dtype)])
+    for ours, reference in ((lgamma_positive, torch.lgamma), (digamma_positive, torch.digamma)):
+        want = reference(x.double())
+        error = (ours(x).double() - want).abs() / want.abs().clamp_min(1)
+        assert error.max() < rtol, ours.__name__
