@@ -135,17 +135,20 @@ def _kl_terms(logp, log_pi, c0, c1, c2, KL: tl.constexpr, PRIOR: tl.constexpr, L
 
 
 @triton.jit
+def _segment(ptr_ptr, H: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_H: tl.constexpr):
+    """This program's target node, its edges ``start:end``, the heads and the tile rows."""
+    node = tl.program_id(0)
+    h = tl.arange(0, BLOCK_H)
+    return node, tl.load(ptr_ptr + node), tl.load(ptr_ptr + node + 1), h, h < H, tl.arange(0, BLOCK_E)
+
+
+@triton.jit
 def _edge_bam_fwd(scores_ptr, prior_ptr, noise_ptr, ptr_ptr, weights_ptr, lse_ptr, kl_ptr,
                   seed, offset, scale, c0, c1, c2,
                   H: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_H: tl.constexpr,
                   NOISE: tl.constexpr, PRIOR: tl.constexpr, KL: tl.constexpr,
                   TINY: tl.constexpr, ONE_MINUS_EPS: tl.constexpr, LOG_TINY: tl.constexpr):
-    node = tl.program_id(0)
-    start = tl.load(ptr_ptr + node)
-    end = tl.load(ptr_ptr + node + 1)
-    h = tl.arange(0, BLOCK_H)
-    h_ok = h < H
-    rows = tl.arange(0, BLOCK_E)
+    node, start, end, h, h_ok, rows = _segment(ptr_ptr, H, BLOCK_E, BLOCK_H)
     neg_inf = tl.full([BLOCK_H], float("-inf"), tl.float32).to(scores_ptr.dtype.element_ty)
     zero = tl.zeros([BLOCK_H], tl.float32).to(scores_ptr.dtype.element_ty)
     m_s, l_s, m_z, l_z, m_r, l_r = neg_inf, zero, neg_inf, zero, neg_inf, zero
@@ -188,12 +191,7 @@ def _edge_bam_bwd(scores_ptr, prior_ptr, noise_ptr, ptr_ptr, lse_ptr, grad_w_ptr
                   NOISE: tl.constexpr, PRIOR: tl.constexpr, KL: tl.constexpr, CENTRED: tl.constexpr,
                   GRAD_W: tl.constexpr, TINY: tl.constexpr, ONE_MINUS_EPS: tl.constexpr,
                   LOG_TINY: tl.constexpr):
-    node = tl.program_id(0)
-    start = tl.load(ptr_ptr + node)
-    end = tl.load(ptr_ptr + node + 1)
-    h = tl.arange(0, BLOCK_H)
-    h_ok = h < H
-    rows = tl.arange(0, BLOCK_E)
+    node, start, end, h, h_ok, rows = _segment(ptr_ptr, H, BLOCK_E, BLOCK_H)
     out = node * 3 * H + h
     lse_s = tl.load(lse_ptr + out, mask=h_ok, other=0.0)
     lse_z = tl.load(lse_ptr + out + H, mask=h_ok, other=0.0)
