@@ -10,6 +10,10 @@ for each case in a fresh subprocess.
 
     python benchmarks/attention.py            # writes benchmarks/results/attention.json
     python benchmarks/attention.py --quick    # smaller shapes, for a smoke run
+    python benchmarks/attention.py --device cuda
+
+The whole attention block with BAM against ``F.scaled_dot_product_attention`` at lengths up
+to 16384 (the fused path, no weight matrix) is section 3 of ``benchmarks/block.py``.
 """
 from __future__ import annotations
 
@@ -30,55 +34,73 @@ TARGET_RATIO = 1.3
 REFERENCE = "reference"
 
 
-def dense_case(name: str, quick: bool):
+def _sync(device: str):
+    return torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+
+
+def dense_case(name: str, quick: bool, device: str = "cpu"):
     g = torch.Generator().manual_seed(0)
     B, H, Q, K, D = (8, 8, 50, 50, 64) if quick else (64, 8, 100, 100, 64)
-    scores = torch.randn(B, H, Q, K, generator=g, requires_grad=True)
-    keys = torch.randn(B, H, K, D, generator=g)
+    scores = torch.randn(B, H, Q, K, generator=g).to(device).requires_grad_()
+    keys = torch.randn(B, H, K, D, generator=g).to(device)
     lengths = torch.randint(10, K + 1, (B,), generator=g)
-    mask = (torch.arange(K) < lengths[:, None]).view(B, 1, 1, K)
-    upstream = torch.randn(B, H, Q, K, generator=g)
+    mask = (torch.arange(K) < lengths[:, None]).view(B, 1, 1, K).to(device)
+    upstream = torch.randn(B, H, Q, K, generator=g).to(device)
+    sync = _sync(device)
     if name == REFERENCE:
         def step():
             w = torch.softmax(scores.masked_fill(~mask, float("-inf")), -1)
             (w * upstream).sum().backward()
+            sync()
         return step
-    norm = attention.build(name, num_heads=H, key_dim=D).train()
+    norm = attention.build(name, num_heads=H, key_dim=D).to(device).train()
 
     def step():
         with attention.aux_losses() as aux:
             w = norm(scores, mask=mask, keys=keys)
         ((w * upstream).sum() + aux.total()).backward()
+        sync()
     return step
 
 
-def edge_case(name: str, quick: bool):
+def edge_case(name: str, quick: bool, device: str = "cpu"):
     g = torch.Generator().manual_seed(0)
     E, N, H, D = (120_000, 17_000, 8, 8) if quick else (1_200_000, 170_000, 8, 8)
-    index = torch.randint(0, N, (E,), generator=g)
-    source = torch.randint(0, N, (E,), generator=g)
-    scores = torch.randn(E, H, generator=g, requires_grad=True)
-    keys = torch.randn(N, H, D, generator=g)
-    upstream = torch.randn(E, H, generator=g)
+    index = torch.randint(0, N, (E,), generator=g).to(device)
+    source = torch.randint(0, N, (E,), generator=g).to(device)
+    scores = torch.randn(E, H, generator=g).to(device).requires_grad_()
+    keys = torch.randn(N, H, D, generator=g).to(device)
+    upstream = torch.randn(E, H, generator=g).to(device)
+    sync = _sync(device)
     if name == REFERENCE:
         def step():
             (pyg_softmax(scores, index, num_nodes=N) * upstream).sum().backward()
+            sync()
         return step
-    norm = attention.build(name, num_heads=H, key_dim=D).train()
+    norm = attention.build(name, num_heads=H, key_dim=D).to(device).train()
 
     def step():
         with attention.aux_losses() as aux:
             w = norm(scores, index=index, num_nodes=N, keys=keys, key_index=source)
         ((w * upstream).sum() + aux.total()).backward()
+        sync()
     return step
 
 
 CASES = {"dense": dense_case, "edge": edge_case}
 
 
-def memory_main(layout: str, name: str, quick: bool, threads: int) -> None:
+def memory_main(layout: str, name: str, quick: bool, threads: int, device: str) -> None:
     torch.set_num_threads(threads)
-    print(json.dumps({"peak_mb": peak_memory_mb(CASES[layout](name, quick))}))
+    step = CASES[layout](name, quick, device)
+    if device.startswith("cuda"):
+        step()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        step()
+        print(json.dumps({"peak_mb": (torch.cuda.max_memory_allocated() - base) / 2**20}))
+    else:
+        print(json.dumps({"peak_mb": peak_memory_mb(step)}))
 
 
 def main() -> None:
@@ -87,25 +109,28 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--variants", nargs="*", default=attention.available())
+    parser.add_argument("--device", default="cpu", help="cpu (default), cuda or cuda:N")
     parser.add_argument("--memory-only", nargs=2, metavar=("LAYOUT", "NAME"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.memory_only:
-        return memory_main(*args.memory_only, args.quick, args.threads)
+        return memory_main(*args.memory_only, args.quick, args.threads, args.device)
 
     torch.set_num_threads(args.threads)
     names = [REFERENCE] + list(args.variants)
-    report = {"environment": environment(args.threads), "target_ratio": TARGET_RATIO, "quick": args.quick}
+    report = {"environment": environment(args.threads), "device": args.device, "target_ratio": TARGET_RATIO,
+              "quick": args.quick}
     for layout, case in CASES.items():
         slow = {"entmax", "entmax15", "sparsemax"} if layout == "edge" else set()
-        fns = {name: case(name, args.quick) for name in names if name not in slow}
+        fns = {name: case(name, args.quick, args.device) for name in names if name not in slow}
         times = interleaved_times(fns, args.threads, args.rounds, min_run_time=0.5 if args.quick else 2.0)
         # Bisection over 1.2M edges takes seconds per call: one round, shorter timing.
-        fns = {name: case(name, args.quick) for name in names if name in slow}
+        fns = {name: case(name, args.quick, args.device) for name in names if name in slow}
         times.update(interleaved_times(fns, args.threads, 1, min_run_time=0.2))
         rows = {}
         for name in names:
             flag = ["--quick"] if args.quick else []
-            mem = in_subprocess(__file__, "--memory-only", layout, name, "--threads", str(args.threads), *flag)["peak_mb"]
+            mem = in_subprocess(__file__, "--memory-only", layout, name, "--threads", str(args.threads),
+                                "--device", args.device, *flag)["peak_mb"]
             rows[name] = {"time_ms": round(times[name], 2), "peak_mb": round(mem, 1)}
             print(f"{layout:5s} {name:10s} {times[name]:9.1f} ms {mem:8.1f} MB", flush=True)
         for name, row in rows.items():
