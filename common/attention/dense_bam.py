@@ -259,7 +259,7 @@ def dense_bam_attention(
     if collect and not supports(kernel, causal):
         raise ValueError(f"{norm.extra_repr()}: no closed-form KL under a causal mask; use the materialised path")
     scale = q.shape[-1] ** -0.5 if scale is None else scale
-    noise_scale = (1 / norm.k if norm.posterior == "weibull" else norm.sigma) if norm.sampling else 0.0
+    noise_scale = norm.noise_scale if norm.sampling else 0.0
     triton = noise is None and q.dtype != torch.float64 and use_triton(q)
     seed = 0 if triton or not (noise_scale or dropout) else int(torch.randint(0, 1 << 62, ()))
     sampler = Sampler(norm.posterior, noise_scale, dropout, seed, noise)
@@ -273,10 +273,11 @@ def dense_bam_attention(
             out, lse, sq = _ChunkedNoisyAttention.apply(qf, kf, vf, key_mask, causal, scale, sampler, collect,
                                                         want_sq)
         if collect:
-            prior = None if norm.prior_net is None else norm.prior_net(kf)
+            prior = None if norm.prior_net is None else norm.prior_net(kf, head_axis=-3)
             add_aux_loss("bam_kl", dense_kl(kernel, qf, kf, lse, scale=scale, causal=causal, prior_logits=prior,
                                             key_mask=None if key_mask is None else key_mask.squeeze(-2),
-                                            square_sums=sq if want_sq else None))
+                                            square_sums=sq if want_sq else None,
+                                            prior_over_all_keys=norm.prior_scope == "all"))
     return out.to(q.dtype)
 
 

@@ -25,8 +25,7 @@ def _materialised(norm, q, k, v, mask, causal, noise):
     if causal:
         tri = torch.ones(Q, K, dtype=torch.bool).tril()
         full = tri if mask is None else mask & tri
-    spread = 1 / norm.k if norm.posterior == "weibull" else norm.sigma
-    norm._log_noise = lambda scores: (noise.to(scores.dtype), spread)
+    norm._log_noise = lambda scores: noise.to(scores.dtype)
     try:
         with attention.aux_losses() as aux:
             weights = norm(q @ k.transpose(-1, -2) * D**-0.5, mask=full, keys=k)
@@ -55,10 +54,16 @@ CASES = [(name, mask, causal) for name in ("bam-wc", "bam-wf", "bam-lc", "bam-lf
          if not causal or name == "bam-wf"]
 
 
-@pytest.mark.parametrize("name,use_mask,causal", CASES)
+# The contextual prior's variants: normalised over every key (the official GAT code), one network per head.
+CASES += [("bam-wc", True, False, {"prior_scope": "all"}), ("bam-lc", True, False, {"prior_scope": "all"}),
+          ("bam-wc", True, False, {"prior_per_head": True, "num_heads": H})]
+
+
+@pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("keep_tiles", [True, False])
-def test_fused_equals_materialised_under_the_same_noise(name, use_mask, causal, keep_tiles, monkeypatch):
-    norm = attention.build(name, key_dim=D, k=4.0, sigma=0.5).train()
+def test_fused_equals_materialised_under_the_same_noise(case, keep_tiles, monkeypatch):
+    name, use_mask, causal, options = case if len(case) == 4 else (*case, {})
+    norm = attention.build(name, key_dim=D, k=4.0, sigma=0.5, **options).train()
     assert supports(norm.kl_kernel, causal)
     monkeypatch.setattr(dense_bam, "CHUNK_ELEMENTS", B * H * K * 4)  # two chunks: 4 + 2 queries
     if not keep_tiles:
