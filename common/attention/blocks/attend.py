@@ -8,7 +8,9 @@ Order of operations (each step only when configured):
 3. predictive or evolving attention with the previous layer's logits (``prev_logits``);
 4. the normalizer (any registered name: softmax, BAM, entmax, ...), with the boolean mask
    (True = attend) and, for a causal call, the lower-triangular mask;
-5. adaptive span (soft mask, renormalised), then convoluted attention;
+5. adaptive span (soft mask, renormalised), then convoluted attention; with token distance on
+   softmax self-attention, the keys beyond every head's span are skipped, not computed
+   (:mod:`~common.attention.blocks.trimmed`);
 6. dropout on the weights, then ``weights @ v``.
 
 The record :class:`AttentionMaps` holds the logits after step 3 (``maps.logits``: hand
@@ -30,7 +32,9 @@ from ..maps.conv import CROSS_LAYER
 from ..maps.convoluted import ConvolutedAttention
 from ..maps.position import AbsolutePositionInteraction, RelativePositionInteraction
 from ..maps.span import AdaptiveSpan, position_distance, rank_distance, token_positions
+from ..softmax import Softmax
 from .config import AttendConfig, as_config
+from .trimmed import trimmed_span_attention
 
 
 @dataclass
@@ -138,6 +142,11 @@ class Attend(nn.Module):
             tri = causal_mask(Q, K, q.device)
             full_mask = tri if mask is None else mask & tri
         scale = self.scale if self.scale is not None else q.shape[-1] ** -0.5
+        if not need_maps and query_positions is None and key_positions is None and self._span_trims(Q, K):
+            out = trimmed_span_attention(q, k, v, self.span, self.normalizer, scale, full_mask, self.dropout_p,
+                                         self.training)
+            if out is not None:
+                return out, AttentionMaps()
         scores = torch.matmul(q, k.transpose(-1, -2)) * scale
         if self.absolute is not None:
             scores = scores + self.absolute(Q, K)
@@ -177,6 +186,13 @@ class Attend(nn.Module):
                                             (self.cross_layer is not None and not self.first_layer)):
             raise ValueError("causal attention with map convolutions needs Attend(..., decoder=True) so that "
                              "the convolutions read no later query (otherwise future tokens leak)")
+
+    def _span_trims(self, Q: int, K: int) -> bool:
+        """Token-distance span on softmax self-attention and no other map operator: keys beyond
+        every head's span can be skipped (:mod:`~common.attention.blocks.trimmed`)."""
+        return (self.span is not None and self.config.span.distance == "position" and Q == K
+                and isinstance(self.normalizer, Softmax) and self.cross_layer is None and self.convoluted is None
+                and self.absolute is None and self.relative is None)
 
     def _span_distance(self, logits, mask, query_positions, key_positions) -> Tensor:
         if self.config.span.distance == "rank":

@@ -23,6 +23,7 @@ What "distance" means (``SpanConfig.distance`` of :class:`~common.attention.bloc
 """
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import torch
@@ -103,6 +104,11 @@ class AdaptiveSpan(nn.Module):
     def spans(self) -> Tensor:
         """Current span ``z * S`` of every head (detached), for logging and plots."""
         return (self.z.detach() * self.max_span).flatten()
+
+    def token_window(self) -> int:
+        """``W``: every head gives exactly zero weight to integer distances ``>= W`` (``W > max zS + R``)."""
+        reach = float(self.z.detach().max()) * self.max_span + self.ramp
+        return math.floor(reach) + 1
 
     def mask(self, distance: Tensor) -> Tensor:
         """``m_z(x) = clamp((R + z S - x) / R, 0, 1)``; ``distance`` broadcasts against ``[..., heads, q, k]``."""
