@@ -71,8 +71,8 @@ def test_trimming_shrinks_the_score_computation_and_only_when_it_pays():
     full_path.span = None  # the same matmuls over all L keys
     # W = floor(0.57 * 10 + 3) + 1 = 9, blocks of 32 queries see 32 + 2 * 8 = 48 keys: 4 blocks x 32 x 48.
     assert flops(_attend()) / flops(full_path) == pytest.approx(4 * 32 * 48 / L**2)
-    wide = _attend(z=(1.0, 1.0))
-    wide.span.max_span = float(L)  # the span covers every key: nothing to trim, the full path runs
+    wide = _attend(z=(0.3, 0.5))
+    wide.span.max_span = float(L)  # W = 54: blocks would see 160 > L / 2 keys; the full path runs
     assert wide(q, k, v)[1].weights is not None
 
 
@@ -85,3 +85,27 @@ def test_token_window_bounds_every_heads_nonzero_mask():
         distance = torch.arange(window + 5, dtype=torch.float64)
         nonzero = (span.mask(distance) > 0).any(0).flatten()
         assert not nonzero[window:].any() and nonzero[window - 2]  # no kept key is ever cut
+
+
+@pytest.mark.parametrize("distance,queries,keys", [("rank", 20, 36), ("position", 20, 20)])
+def test_span_covering_every_key_is_sdpa_and_equals_the_full_path(distance, queries, keys):
+    attend = Attend(H, D, {"span": {"max_span": keys, "ramp": 4, "init": 1.0, "loss_coef": 0.1,
+                                    "distance": distance}}).double()
+    g = torch.Generator().manual_seed(3)
+    q = torch.randn(2, H, queries, D, generator=g, dtype=torch.float64, requires_grad=True)
+    k, v = (torch.randn(2, H, keys, D, generator=g, dtype=torch.float64, requires_grad=True) for _ in range(2))
+    mask = torch.rand(2, 1, queries, keys, generator=g) > 0.3
+    mask[1, 0, 4] = False  # a fully masked query: zeros
+    results = []
+    for need_maps in (False, True):
+        with aux_losses() as aux:
+            out, maps = attend(q, k, v, mask=mask, need_maps=need_maps)
+        assert (maps.weights is None) == (not need_maps)
+        results.append((out, *torch.autograd.grad(out.square().sum() + aux.total(), (q, k, v, attend.span.z))))
+    for a, b in zip(*results):  # the full path divides by sum(w) + 1e-8
+        assert torch.allclose(a, b, rtol=1e-7, atol=1e-12)
+    assert torch.equal(results[0][0][1, :, 4], torch.zeros(H, D, dtype=torch.float64))
+    assert torch.equal(results[0][4], torch.full((H, 1, 1), 0.1 * keys / H, dtype=torch.float64))  # the penalty
+    with torch.no_grad():
+        attend.span.z[0] = (keys - 1.2) / keys  # head 0 now down-weights the last key: the full path
+    assert attend(q, k, v, mask=mask)[1].weights is not None
