@@ -2,9 +2,11 @@
 
 ``plain`` is ``transformers.LxmertForQuestionAnswering`` as it ships; every other variant is the
 same model (same weights) with its attention swapped by :func:`vqa.lxmert.adapt_lxmert`:
-``softmax`` (the swap alone: SDPA), ``span``, ``entmax`` (learnable alpha; the fused Triton
-bisection on CUDA), ``entmax-package`` (the same on the ``entmax`` package's bisection, CUDA runs
-only), ``bam-wc`` and ``layerdrop`` (one layer per stack: training drops at random, evaluation prunes 9-5-5 to 8-4-4).
+``softmax`` (the swap alone: SDPA), ``span`` (at its start, ``z = 1``: every span covers every
+key, so it runs SDPA), ``span-bound`` (``z = 0.5``: the spans bind, the full maps), ``entmax``
+(learnable alpha; the fused Triton bisection on CUDA), ``entmax-package`` (the same on the
+``entmax`` package's bisection, CUDA runs only), ``bam-wc`` and ``layerdrop`` (one layer per
+stack: training drops at random, evaluation prunes 9-5-5 to 8-4-4).
 
 For each variant: a training step (forward, ``A * BCE`` + auxiliary losses, backward) and an
 evaluation forward pass, timed interleaved (plain, softmax, span, ..., plain, ...) so that load
@@ -46,6 +48,7 @@ VARIANTS = {
     "plain": None,
     "softmax": {},
     "span": {"span": {}},
+    "span-bound": {"span": {"init": 0.5}},
     "entmax": {"normalizer": "entmax"},
     "entmax-package": {"normalizer": "entmax"},
     "bam-wc": {"normalizer": "bam-wc"},
