@@ -9,8 +9,9 @@ normaliser, the span mask and the weighted sum all shrink from ``L^2`` to ``L (C
 
 Exact for the softmax normaliser: the span renormalises ``m w / (sum m w + eps)``, so softmax's
 partition function cancels and the keys dropped (``m = 0``) change nothing except through the
-reference's ``eps = 1e-8`` (relative differences of that order). Entmax and BAM weights depend
-on every key, so they keep the full path.
+reference's ``eps = 1e-8`` (relative differences of ``eps / sum(m w)``; the reference code,
+which keeps only the span's keys, computes what this path computes). Entmax and BAM weights
+depend on every key, so they keep the full path.
 """
 from __future__ import annotations
 
