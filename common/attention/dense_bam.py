@@ -250,7 +250,7 @@ def dense_bam_attention(
     if collect and not supports(kernel, causal):
         raise ValueError(f"{norm.extra_repr()}: no closed-form KL under a causal mask; use the materialised path")
     scale = q.shape[-1] ** -0.5 if scale is None else scale
-    noise_scale = (1 / norm.k if norm.posterior == "weibull" else norm.sigma) if norm.sampling else 0.0
+    noise_scale = norm.noise_scale if norm.sampling else 0.0
     triton = noise is None and q.dtype != torch.float64 and use_triton(q)
     seed = 0 if triton or not (noise_scale or dropout) else int(torch.randint(0, 1 << 62, ()))
     sampler = Sampler(norm.posterior, noise_scale, dropout, seed, noise)
@@ -264,7 +264,7 @@ def dense_bam_attention(
             out, lse, sq = _ChunkedNoisyAttention.apply(qf, kf, vf, key_mask, causal, scale, sampler, collect,
                                                         want_sq)
         if collect:
-            prior = None if norm.prior_net is None else norm.prior_net(kf)
+            prior = None if norm.prior_net is None else norm.prior_net(kf, head_axis=-3)
             add_aux_loss("bam_kl", dense_kl(kernel, qf, kf, lse, scale=scale, causal=causal, prior_logits=prior,
                                             key_mask=None if key_mask is None else key_mask.squeeze(-2),
                                             square_sums=sq if want_sq else None))
@@ -295,7 +295,7 @@ def fused_bam(attend, q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], c
               need_maps: bool) -> Optional[Tensor]:
     """``Attend``'s output by :func:`dense_bam_attention` when nothing needs the weight matrix, else None.
 
-    Taken when the normalizer is BAM, no map operator is on (position interactions,
+    Taken when the normalizer is BAM (its prior, if contextual, over the visible keys), no map operator is on (position interactions,
     predictive/evolving, span, convoluted), ``need_maps`` is off, the mask is a key padding
     mask (per-query masks keep the materialised path), and, when the KL is collected, its
     closed form covers the mask (:func:`~common.attention.bam_stats.supports`). In evaluation
@@ -304,6 +304,7 @@ def fused_bam(attend, q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], c
     """
     norm = attend.normalizer
     if (not isinstance(norm, BAM) or need_maps or os.environ.get("ATTN_FUSED_BAM", "1") == "0"
+            or norm.prior_scope != "neighbors"  # a prior normalised over masked keys too
             or any(op is not None for op in (attend.absolute, attend.relative, attend.cross_layer,
                                              attend.span, attend.convoluted))
             or not (q.shape[:-2] == k.shape[:-2] == v.shape[:-2])

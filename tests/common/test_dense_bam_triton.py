@@ -34,8 +34,7 @@ def _reference(norm, q, k, v, mask, causal, noise, keep):
     if causal:
         tri = torch.ones(Q, K, dtype=torch.bool).tril()
         full = tri if mask is None else mask & tri
-    spread = 1 / norm.k if norm.posterior == "weibull" else norm.sigma
-    norm._log_noise = lambda scores: (noise, spread)
+    norm._log_noise = lambda scores: noise
     try:
         with attention.aux_losses() as aux:
             weights = norm(q @ k.transpose(-1, -2) * D**-0.5, mask=full, keys=k)
