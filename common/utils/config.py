@@ -97,4 +97,4 @@ def check_resumable(saved: Dict[str, Any], config: Dict[str, Any], resumable: It
     if changes:
         listed = "; ".join(f"{key}: {a!r} -> {b!r}" for key, (a, b) in changes.items())
         raise ValueError(f"{run_dir} holds a run with a different config ({listed}); choose another output "
-                         f"directory or delete it to start over (only {', '.join(resumable)} may change on resumption)")
+                         f"directory (--out) or delete it to start over (only {', '.join(resumable)} may change on resumption)")
