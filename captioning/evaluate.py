@@ -19,11 +19,10 @@ from typing import Optional, Sequence
 import torch
 from omegaconf import OmegaConf
 from torch.utils.data import DataLoader
-from tqdm.auto import tqdm
 
 from common.features import RegionFeatureError, RegionFeatureStore
 from common.text import Vocabulary
-from common.utils import atomic_write_json, results_record
+from common.utils import atomic_write_json, console, results_record
 from common.utils.cli import add_runtime_options, runtime_from
 from common.utils.runtime import DeviceError, Runtime
 
@@ -45,7 +44,7 @@ def caption_images(model: Att2in, dataset: CaptionDataset, vocab: Vocabulary, be
     loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=collate,
                         generator=torch.Generator(), pin_memory=runtime.pin_memory)
     captions = {}
-    for batch in tqdm(loader, desc=f"decoding (beam {beam_size})", leave=False, disable=None if progress else True):
+    for batch in console.progress(loader, desc=f"decoding (beam {beam_size}) batch", enabled=progress):
         features, mask = runtime.to_device(batch["features"]), runtime.to_device(batch["mask"])
         with runtime.autocast():
             tokens = model.generate(features, mask, vocab.eos, max_length, beam_size, length_penalty)
