@@ -208,7 +208,7 @@ def run(cfg: DictConfig, progress: bool = True, data: Optional[Data] = None) -> 
                   "per_seed": [100 * m["test"]["acc"] for m in per_seed]},
         val_acc={**summarize([m["val"]["acc"] for m in per_seed]),
                  "per_seed": [100 * m["val"]["acc"] for m in per_seed]},
-        epochs=[m["epochs"] for m in per_seed], best_epochs=[m["best_epoch"] for m in per_seed],
+        epochs=[m["epochs"] for m in per_seed],
         runtime=runtime.describe(),
         # each seed's own training time, kept from the run that trained it (None: trained before it was recorded)
         train_seconds={"per_seed": train_seconds,
