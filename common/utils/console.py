@@ -67,8 +67,10 @@ class Progress:
     """
 
     def __init__(self, total: Optional[int] = None, desc: str = "", enabled: bool = True, initial: int = 0,
-                 unit: str = "it"):
-        self.total, self.desc, self.n, self.unit = total, desc, initial, unit
+                 unit: str = "it", iterable: Optional[Iterable] = None):
+        if total is None and hasattr(iterable, "__len__"):
+            total = len(iterable)
+        self.total, self.desc, self.n, self.unit, self.iterable = total, desc, initial, unit, iterable
         self.enabled = enabled
         self.postfix = ""
         self._bar = None
@@ -124,6 +126,15 @@ class Progress:
         if self in _live:
             _live.remove(self)
 
+    def __iter__(self) -> Iterator:
+        """The items of ``iterable``, advancing the bar after each; closed at the end."""
+        try:
+            for item in self.iterable:
+                yield item
+                self.update()
+        finally:
+            self.close()
+
     def __enter__(self) -> "Progress":
         return self
 
@@ -132,23 +143,10 @@ class Progress:
 
 
 def progress(iterable: Optional[Iterable] = None, total: Optional[int] = None, desc: str = "",
-             enabled: bool = True, initial: int = 0, unit: str = "it") -> Union[Progress, Iterator]:
-    """A :class:`Progress` over ``total`` steps or, given ``iterable``, an iterator over it that
-    advances the bar (``total`` defaults to ``len(iterable)``)."""
-    if iterable is None:
-        return Progress(total, desc, enabled, initial, unit)
-    if total is None and hasattr(iterable, "__len__"):
-        total = len(iterable)
-    return _iterate(iterable, Progress(total, desc, enabled, initial, unit))
-
-
-def _iterate(iterable: Iterable, bar: Progress) -> Iterator:
-    try:
-        for item in iterable:
-            yield item
-            bar.update()
-    finally:
-        bar.close()
+             enabled: bool = True, initial: int = 0, unit: str = "it") -> Progress:
+    """A :class:`Progress` over ``total`` steps or, given ``iterable``, one to iterate over
+    (``total`` defaults to ``len(iterable)``)."""
+    return Progress(total, desc, enabled, initial, unit, iterable)
 
 
 def where() -> Optional[str]:
