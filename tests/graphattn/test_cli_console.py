@@ -53,3 +53,37 @@ def test_sigint_stops_with_a_resume_hint_and_the_same_command_resumes(attn_data_
     results = json.loads((out / "results.json").read_text())
     first = results["train_seconds"]["per_seed"][0]
     assert first > 0 and results["train_seconds"]["total"] >= first  # seed 0 keeps its original time
+
+
+@pytest.mark.realdata
+def test_evaluate_writes_its_report_and_reliability_diagram_into_the_run_and_explains_them(
+        attn_data_root, tmp_path, capsys):
+    from graphattn import evaluate, train
+
+    out = tmp_path / "run"
+    assert train.main(["--dataset", "Cora", "--seeds", "2", "--data-root", str(attn_data_root), "--out", str(out),
+                       "train.max_epochs=5", "train.num_threads=1"]) == 0
+    capsys.readouterr()
+    assert evaluate.main([str(out), "--mc-samples", "3", "--threads", "1"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    report, figure = out / "evaluation_mc3.json", out / "evaluation_mc3_reliability.png"
+    assert printed[-3:] == ["files written:", f"  {report}", f"  {figure}"]
+    assert printed[0].startswith("mean +- std over checkpoints: test_acc ")
+    assert printed[1].startswith("ECE ") and "mean confidence of the MC-mean (3 samples) predictions" in printed[1]
+    assert "above 0.973 nats" in printed[2] and "PAvPU(entropy) is the error rate" in printed[2]
+    assert "MC dropout keeps the training dropout on (p = 0.6 here)" in printed[3]
+    evaluated = json.loads(report.read_text())
+    assert evaluated["reliability"]["figure"] == str(figure) and figure.read_bytes()[:4] == b"\x89PNG"
+    assert sum(evaluated["reliability"]["bins"]["count"]) == 2 * 1000  # Cora's 1000 test nodes, per seed
+    for entry in evaluated["checkpoints"]:
+        assert entry["mc"]["entropy_threshold"] == pytest.approx(0.5 * __import__("math").log(7))
+        assert 0 <= entry["mc"]["uncertain_entropy"] <= 1
+
+    # one checkpoint, eval mode: its own report name
+    assert evaluate.main([str(out / "seed1.pt"), "--threads", "1"]) == 0
+    assert (out / "evaluation_seed1.json").is_file() and (out / "evaluation_seed1_reliability.png").is_file()
+    capsys.readouterr()
+    # the run's results.json is not a checkpoint: a one-line error pointing at the run directory
+    assert evaluate.main([str(out / "results.json")]) == 2
+    assert capsys.readouterr().err == (f"error: {out / 'results.json'} is not a checkpoint: pass a seed<k>.pt "
+                                       f"checkpoint or the python -m graphattn.train output directory ({out})\n")
