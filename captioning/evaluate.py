@@ -26,7 +26,7 @@ from common.utils import atomic_write_json, console, results_record
 from common.utils.cli import add_runtime_options, runtime_from
 from common.utils.runtime import DeviceError, Runtime
 
-from .config import build_model, data_path
+from .config import build_model, data_path, prepared_dir
 from .data import CaptionCorpus, CaptionDataset, collate
 from .metrics import METRICS, coco_results, score_captions
 from .models import Att2in
@@ -82,7 +82,7 @@ def evaluate_checkpoint(path: Path, split: str = "test", beam_size: int = 5, max
     cfg = OmegaConf.create(checkpoint["config"])
     if data_root is not None:
         cfg.data_root = data_root
-    corpus = CaptionCorpus(data_path(cfg, cfg.data.prepared))
+    corpus = CaptionCorpus(prepared_dir(cfg))
     if corpus.vocab != vocab:
         raise CaptionDataError(f"{corpus.dir / 'vocab.json'} differs from the vocabulary the checkpoint was trained "
                                f"with; evaluate with the prepared directory used in training")

@@ -42,7 +42,7 @@ from common.utils.config import check_resumable
 from common.utils.distributed import barrier, cleanup, shard_sampler, wrap_model
 from common.utils.runtime import DeviceError, Runtime
 
-from .config import build_model, data_path, load_config, run_dir, to_dict
+from .config import build_model, data_path, load_config, prepared_dir, run_dir, to_dict
 from .data import CaptionCorpus, CaptionDataset, collate
 from .evaluate import caption_images, format_scores
 from .metrics import score_captions
@@ -105,7 +105,7 @@ def _train(cfg: DictConfig, progress: bool, runtime: Runtime) -> dict:
     if "cider" not in cfg.eval.metrics:
         raise ValueError("eval.metrics must include cider: the best checkpoint is chosen by val CIDEr")
     out_dir = run_dir(cfg)
-    corpus = CaptionCorpus(data_path(cfg, cfg.data.prepared))
+    corpus = CaptionCorpus(prepared_dir(cfg))
     store = RegionFeatureStore(data_path(cfg, cfg.data.features))
     vocab = corpus.vocab
     train_set = CaptionDataset(corpus.split("train"), store, vocab, corpus.max_length, cfg.train.seq_per_img)

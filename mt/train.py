@@ -383,10 +383,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         cfg = load_config(args.preset, overrides_from(args, {"train.progress": False if args.no_progress else None}),
                           args.config)
-        data_root = default_data_root(cfg.data_root)
         out_dir = Path(cfg.out_dir or Path("runs") / "mt" / cfg.dataset / args.preset)
         runtime = Runtime.create(cfg.device, cfg.train.precision, cfg.train.compile, threads=cfg.train.threads,
                                  distributed=True)
+        data_root = default_data_root(cfg.data_root)
     except (DataError, DeviceError, FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -209,7 +209,9 @@ def layer_configs(
             cfg = OmegaConf.merge(cfg, layer)
         except OmegaConfBaseException as err:
             raise ValueError(f"{source}: {getattr(err, 'msg', err)}. Known keys are those of {defaults_name}") from err
-    check_rules(cfg, {**RULES, **(rules or {})})
+    from common.attention import available  # the registry of variants, checked before anything is built
+
+    check_rules(cfg, {**RULES, "attention.name": Rule(choices=available()), **(rules or {})})
     return cfg
 
 
