@@ -103,7 +103,9 @@ def test_train_cli_resumes_exactly_and_evaluate_reproduces_its_accuracy(vqa_root
     assert any("train/span_penalty" in r for r in logged)
 
     capsys.readouterr()
-    assert lxmert_evaluate.main(["--run", str(straight), "--no-progress"]) == 0
+    assert lxmert_evaluate.main([str(straight), "--no-progress"]) == 0
+    assert capsys.readouterr().out.splitlines()[-3:] == [
+        "files written:", f"  {straight / 'eval_val.json'}", f"  {straight / 'val_predictions.json'}"]
     evaluated = json.loads((straight / "eval_val.json").read_text())
     assert evaluated["accuracy"]["overall"] == results["final_eval"]["overall"]
     assert evaluated["pruned"] and evaluated["flops_per_question"] == flops
@@ -112,6 +114,7 @@ def test_train_cli_resumes_exactly_and_evaluate_reproduces_its_accuracy(vqa_root
 
     # the unannotated test split: predictions only, every layer when asked
     assert lxmert_evaluate.main(["--run", str(straight), "--split", "test", "--no-progress", "--no-prune"]) == 0
+    assert "--run DIR is deprecated" in capsys.readouterr().err  # the old spelling still works
     evaluated = json.loads((straight / "eval_test.json").read_text())
     assert evaluated["accuracy"] is None and not evaluated["pruned"]
     assert evaluated["flops_per_question"]["full"] == flops["full"]
