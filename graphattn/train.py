@@ -13,7 +13,7 @@ Each seed writes ``<out_dir>/seed<k>.pt`` (best weights, config, metrics; atomic
 through :class:`common.utils.MetricsLogger`, its per-epoch curves to ``<out_dir>/seed<k>/``:
 ``metrics.jsonl`` (one line per epoch: ``step`` = epoch, ``train/loss`` = CE + weighted KL,
 ``train/ce``, ``train/acc`` (training mode, with dropout and BAM sampling), ``train/kl`` (the
-unweighted KL sum over layers), ``train/kl_weight``, ``val/loss``, ``val/acc``) and TensorBoard
+unweighted KL, combined over layers as ``kl.reduction`` says), ``train/kl_weight``, ``val/loss``, ``val/acc``) and TensorBoard
 events (``tensorboard --logdir <out_dir>``). A rerun with the same config reuses the seeds
 already done, so an interrupted grid resumes; the curves of an unfinished seed are restarted.
 ``<out_dir>/results.json`` holds per-seed and mean +- std (sample std, ddof=1) test accuracy,
@@ -48,8 +48,8 @@ from omegaconf import DictConfig
 from torch_geometric.data import Data
 
 from common import attention
-from common.utils import MetricsLogger, atomic_save, atomic_write_json, read_metrics, results_record, seed_everything
-from common.utils import console
+from common.utils import (MetricsLogger, atomic_save, atomic_write_json, console, read_metrics, results_record,
+                          seed_everything)
 from common.utils.cli import overrides_from, training_parser
 from common.utils.config import check_resumable
 from common.utils.runtime import DeviceError, Runtime
@@ -122,7 +122,8 @@ def train_seed(cfg: DictConfig, data: Data, seed: int, progress: bool = True,
         with runtime.autocast(), attention.aux_losses() if collect_kl else nullcontext() as aux:
             # without a collector the BAM layers skip the KL entirely
             logits = forward(x, edge_index)
-        kl_weight, kl = (schedule(epoch), aux.total()) if collect_kl else (0.0, torch.zeros((), device=x.device))
+        kl_weight, kl = (schedule(epoch), model.kl(aux, cfg.kl.reduction)) if collect_kl \
+            else (0.0, torch.zeros((), device=x.device))
         train_logits = logits[data.train_mask].float()
         ce = F.cross_entropy(train_logits, y[data.train_mask])
         loss = ce + kl_weight * kl
@@ -188,8 +189,7 @@ def run(cfg: DictConfig, progress: bool = True, data: Optional[Data] = None) -> 
         path = out_dir / f"seed{seed}.pt"
         if path.exists():
             done = torch.load(path, map_location="cpu", weights_only=False)
-            saved = {**done["config"], "train": {"precision": "fp32", **done["config"]["train"]}}  # older seeds: fp32
-            check_resumable(saved, config, RESUMABLE_KEYS, path)
+            check_resumable(_with_old_defaults(done["config"]), config, RESUMABLE_KEYS, path)
             per_seed.append(done["metrics"])
             console.say(seed_line(done["metrics"], reused=True))
             continue
@@ -243,6 +243,13 @@ def _clear_curves(log_dir: Path) -> None:
     if log_dir.is_dir():
         for file in [log_dir / "metrics.jsonl", *log_dir.glob("events.out.tfevents.*")]:
             file.unlink(missing_ok=True)
+
+
+def _with_old_defaults(config: Dict) -> Dict:
+    """A seed's saved config with the keys added since, at the values such seeds ran with."""
+    return {"preset": None, **config, "train": {"precision": "fp32", **config["train"]},
+            "model": {"per_head_input_dropout": False, "attention_bias": False, **config["model"]},
+            "kl": {"reduction": "layer_sum", **config["kl"]}}
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
