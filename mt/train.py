@@ -381,7 +381,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                              "transformer-cpu")
     args = parser.parse_intermixed_args(argv)
     try:
-        cfg = load_config(args.preset, overrides_from(args, {"train.progress": False if args.no_progress else None}),
+        cfg = load_config(args.preset, overrides_from(args, {"train.progress": False if args.no_progress else None},
+                                                      threads_key="train.threads"),
                           args.config)
         out_dir = Path(cfg.out_dir or Path("runs") / "mt" / cfg.dataset / args.preset)
         runtime = Runtime.create(cfg.device, cfg.train.precision, cfg.train.compile, threads=cfg.train.threads,
