@@ -50,7 +50,8 @@ def test_short_bam_training_beats_chance_and_evaluates(attn_data_root, tmp_path,
     assert [(out / f"seed{s}.pt").stat().st_mtime_ns for s in (0, 1)] == stamps
     # ... but refuses a checkpoint trained with another config.
     assert train.main(args[:-2] + ["kl.weight=0.2"]) == 2
-    assert "different config" in capsys.readouterr().err
+    err = capsys.readouterr().err  # the shared guard: names each changed key and the --out flag
+    assert "holds a run with a different config (kl.weight: 0.1 -> 0.2" in err and "another output directory (--out)" in err
 
     report = out / "eval.json"
     assert evaluate.main([str(out), "--mc-samples", "4", "--out", str(report)]) == 0
