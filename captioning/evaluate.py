@@ -132,6 +132,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print(f"{args.split} ({results['images']} images, beam {args.beam_size}): {format_scores(results['scores'])}")
     for name, reason in results["scores"].get("skipped", {}).items():
         print(f"note: {reason}")
+    out_dir = args.checkpoint if args.checkpoint.is_dir() else args.checkpoint.parent
+    console.files_written([out_dir / f"captions_{args.split}.json", out_dir / f"results_{args.split}.json"])
     return 0
 
 
