@@ -49,6 +49,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.nn import Parameter
 from torch_geometric import EdgeIndex
+from torch_geometric.index import index2ptr
 from torch_geometric.nn.conv import MessagePassing
 from torch_geometric.nn.dense.linear import Linear
 from torch_geometric.nn.inits import glorot, zeros
@@ -103,11 +104,18 @@ class PreparedGraph:
         return self.sorted.as_tensor() if isinstance(self.sorted, EdgeIndex) else self.sorted
 
 
-def sort_by_target(edge_index: Tensor, num_src: int, num_dst: int) -> Tuple[EdgeIndex, Optional[Tensor]]:
+def sort_by_target(edge_index: Tensor, num_src: int, num_dst: int, num_loops: int = 0,
+                   presorted: Optional[bool] = None) -> Tuple[EdgeIndex, Optional[Tensor]]:
     """``edge_index`` (``[2, E]``, an ``EdgeIndex`` or a ``torch.sparse`` ``adj_t``) as an
-    ``EdgeIndex`` sorted by target, and the permutation applied (``None`` if already sorted)."""
+    ``EdgeIndex`` sorted by target, and the permutation applied (``None`` if already sorted).
+
+    The last ``num_loops`` edges of a ``[2, E]`` input may be the self-loops ``0 .. num_loops-1``
+    that PyG's ``add_self_loops`` appends. When the edges before them are sorted by target
+    (``presorted``, e.g. from an ``EdgeIndex`` with ``sort_order='col'``; checked in one pass
+    when not given), the loops are merged in (:func:`merge_appended_loops`) and nothing is sorted.
+    """
     if is_torch_sparse_tensor(edge_index):
-        edge_index = to_edge_index(edge_index)[0].flip(0)
+        edge_index, num_loops = to_edge_index(edge_index)[0].flip(0), 0
     if not isinstance(edge_index, EdgeIndex):
         edge_index = EdgeIndex(edge_index, sparse_size=(num_src, num_dst))
     try:
@@ -115,7 +123,28 @@ def sort_by_target(edge_index: Tensor, num_src: int, num_dst: int) -> Tuple[Edge
     except ValueError as err:
         raise ValueError(f"edge_index does not fit x ({num_src} source and {num_dst} target nodes): {err}; "
                          f"node ids must lie in [0, num_nodes)") from err
-    return edge_index.sort_by("col")
+    if edge_index.is_sorted_by_col:
+        return edge_index, None
+    edges = edge_index.as_tensor()
+    col = edges[1, :edges.size(1) - num_loops]
+    if presorted is None:
+        presorted = bool((col[1:] >= col[:-1]).all())
+    if not presorted:
+        return edge_index.sort_by("col")
+    to_sorted = merge_appended_loops(col, num_loops, num_dst) if num_loops else None
+    if to_sorted is not None:
+        edges = edges.index_select(1, to_sorted)
+    return EdgeIndex(edges, sparse_size=(num_src, num_dst), sort_order="col"), to_sorted
+
+
+def merge_appended_loops(col: Tensor, num_loops: int, num_dst: int) -> Tensor:
+    """The permutation that sorts ``[edges sorted by target col, loops 0 .. num_loops-1]`` by
+    target, in one pass: each loop goes after the edges of its node (a stable sort's place)."""
+    num_edges = col.numel()
+    ptr = index2ptr(col, num_dst)
+    arange = torch.arange(num_edges + num_loops, device=col.device)
+    position = torch.cat([arange[:num_edges] + col.clamp_max(num_loops), ptr[1:num_loops + 1] + arange[:num_loops]])
+    return torch.empty_like(position).scatter_(0, position, arange)
 
 
 class GATConv(MessagePassing):
@@ -310,10 +339,12 @@ class GATConv(MessagePassing):
         if not self.explain and edge_attr is None and cache is not None and cache[0]() is edge_index \
                 and cache[1] == key:
             return cache[2]
-        given = edge_index
+        given, num_loops = edge_index, 0
+        presorted = True if isinstance(edge_index, EdgeIndex) and edge_index.is_sorted_by_col else None
         if self.add_self_loops:
             if isinstance(edge_index, Tensor):
                 num_nodes = min(num_src, num_dst) if size is None else min(size)
+                num_loops = 0 if is_torch_sparse_tensor(edge_index) else num_nodes
                 edge_index, edge_attr = remove_self_loops(edge_index, edge_attr)
                 edge_index, edge_attr = add_self_loops(edge_index, edge_attr, fill_value=self.fill_value,
                                                        num_nodes=num_nodes)
@@ -325,7 +356,7 @@ class GATConv(MessagePassing):
         if self.explain:  # explainer masks follow PyG's edge order: keep it (and the unfused path)
             return PreparedGraph(edge_index, edge_index, None, edge_attr, None)
         if isinstance(edge_index, Tensor):  # [2, E] or torch.sparse adj_t
-            graph, to_sorted = sort_by_target(edge_index, num_src, num_dst)
+            graph, to_sorted = sort_by_target(edge_index, num_src, num_dst, num_loops, presorted)
             if edge_attr is not None and to_sorted is not None:
                 edge_attr = edge_attr.index_select(0, to_sorted)
             prepared = PreparedGraph(edge_index, graph, to_sorted, edge_attr, TargetCSR.from_edge_index(graph))

@@ -29,8 +29,9 @@ from torch import Tensor, nn
 
 from .aux import add_aux_loss, collecting
 from .base import Normalizer
-from .functional import EULER_GAMMA, lognormal_log_noise, weibull_log_noise
-from .groups import make_groups
+from .functional import EULER_GAMMA, digamma_positive, lgamma_positive, lognormal_log_noise, weibull_log_noise
+from .groups import EdgeGroups, make_groups
+from .kernels import use_triton
 
 POSTERIORS = ("weibull", "lognormal")
 PRIORS = ("fixed", "contextual")
@@ -159,21 +160,32 @@ class BAM(Normalizer):
         return f"posterior={self.posterior}, prior={self.prior_type}, {spread}{scope}"
 
     # ------------------------------------------------------------------ forward ----
-    def normalize(self, scores: Tensor, groups, keys=None, key_index=None) -> Tensor:
+    def normalize(self, scores: Tensor, groups, keys=None, key_index=None, noise: Optional[Tensor] = None) -> Tensor:
+        """``noise``: the standard log-noise to use instead of a fresh draw (``log(-log u)`` or
+        ``eps``, shaped like ``scores``), e.g. to compare with the fused kernels."""
+        if isinstance(groups, EdgeGroups) and groups.ptr is not None and self.prior_scope == "neighbors" \
+                and use_triton(scores):  # the fused kernel normalises the prior over each segment
+            from .kernels.edge_bam import bam_normalize
+            return bam_normalize(self, scores, groups, keys, key_index, noise)
         if self.sampling:
-            noise, scale = self._log_noise(scores)
-            weights = groups.softmax(torch.add(scores, noise, alpha=scale))
+            noise = self._log_noise(scores) if noise is None else noise
+            weights = groups.softmax(torch.add(scores, noise, alpha=self.noise_scale))
         else:
             weights = groups.softmax(scores)  # the posterior mean: E[S] = exp(logits)
         if collecting():
             add_aux_loss("bam_kl", self._kl(scores, groups, keys, key_index))
         return weights
 
-    def _log_noise(self, scores: Tensor):
-        """Standard log-noise and its scale (``1/k`` or ``sigma``), applied in the same pass as the add."""
+    def _log_noise(self, scores: Tensor) -> Tensor:
+        """Standard log-noise; :attr:`noise_scale` is applied in the same pass as the add."""
         if self.posterior == "weibull":
-            return weibull_log_noise(scores, 1.0), 1.0 / self.k
-        return lognormal_log_noise(scores, 1.0), self.sigma
+            return weibull_log_noise(scores, 1.0)
+        return lognormal_log_noise(scores, 1.0)
+
+    @property
+    def noise_scale(self) -> float:
+        """The scale of the standard log-noise: ``1/k`` (Weibull) or ``sigma`` (Lognormal)."""
+        return 1.0 / self.k if self.posterior == "weibull" else self.sigma
 
     # ------------------------------------------------------------------ prior ------
     def _prior_logits(self, scores: Tensor, groups, keys, key_index) -> Tensor:
@@ -266,7 +278,7 @@ class WeibullGammaKL:
             return torch.add(beta_p, logp, alpha=-self.alpha), (beta_p - self.alpha,)
         alpha = self._shift(log_pi).clamp_min(self._log_tiny(log_pi)).exp_()
         d_logp = beta_p - alpha
-        return beta_p.add_(torch.lgamma(alpha)).addcmul_(alpha, self.c - logp), (d_logp, alpha)
+        return beta_p.add_(lgamma_positive(alpha)).addcmul_(alpha, self.c - logp), (d_logp, alpha)
 
     def grads(self, logp: Tensor, log_pi: Optional[Tensor], saved, need_prior: bool):
         """Derivatives of :meth:`value` with respect to ``log p`` and ``log pi``."""
@@ -275,7 +287,7 @@ class WeibullGammaKL:
             return d_logp, None
         # d alpha / d log pi = alpha (zero where alpha is clamped); d lgamma(alpha) / d alpha = digamma(alpha)
         alpha = saved[1]
-        d_log_pi = (torch.digamma(alpha).add_(self.c) - logp).mul_(alpha)
+        d_log_pi = (digamma_positive(alpha).add_(self.c) - logp).mul_(alpha)
         clamped = log_pi < self._log_tiny(log_pi) - self.log_beta
         return d_logp, d_log_pi.masked_fill_(clamped, 0.0)
 

@@ -256,3 +256,15 @@ def test_all_keys_prior_ignores_the_mask_in_dense_attention():
     pi = norm.prior_weights(scores, mask=mask, keys=keys)
     assert pi.shape == scores.shape and torch.allclose(pi.sum(-1), torch.ones(2, 3, 5))
     assert torch.allclose(pi, torch.softmax(norm.prior_net(keys), -1).unsqueeze(-2).expand_as(scores))
+
+
+@pytest.mark.parametrize("dtype,rtol", [(torch.float32, 3e-6), (torch.float64, 1e-9)])
+def test_vectorised_lgamma_and_digamma_match_torch(dtype, rtol):
+    from common.attention.functional import digamma_positive, lgamma_positive
+    tiny = torch.finfo(dtype).tiny
+    x = torch.cat([torch.rand(1000, dtype=dtype) ** 3,
+                   torch.tensor([tiny, 1e-20, 1e-3, 0.5, 1, 2, 3, 5.9, 6, 10, 1e4, 1e8], dtype=dtype)])
+    for ours, reference in ((lgamma_positive, torch.lgamma), (digamma_positive, torch.digamma)):
+        want = reference(x.double())
+        error = (ours(x).double() - want).abs() / want.abs().clamp_min(1)
+        assert error.max() < rtol, ours.__name__
