@@ -21,6 +21,9 @@ Two more tables, for the sparse normalizers and the adaptive span:
     python benchmarks/attention.py                  # writes benchmarks/results/attention.json
     python benchmarks/attention.py --quick          # smaller shapes, for a smoke run
     python benchmarks/attention.py --device cuda    # on a GPU (the Triton kernels on)
+
+The whole attention block with BAM against ``F.scaled_dot_product_attention`` at lengths up
+to 16384 (the fused path, no weight matrix) is section 3 of ``benchmarks/block.py``.
 """
 from __future__ import annotations
 

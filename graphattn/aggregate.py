@@ -33,7 +33,7 @@ SPARSE_DTYPES = (torch.float32, torch.float64)
 class HeadPattern:
     """A ``heads``-interleaved CSR pattern: ``crow``, ``col``, for every non-zero the position
     of its value in the flattened ``[num_edges, heads]`` weights (``value_index``), and
-    optionally the inverse permutation (``entry_index``: the non-zero of every weight; built
+    optionally the inverse permutation (``entry_index``: the non-zero of every weight; kept
     only where the edge ids are the row order itself)."""
 
     crow: Tensor
@@ -43,36 +43,33 @@ class HeadPattern:
     shape: Tuple[int, int]
 
     @classmethod
-    def build(cls, ptr: Tensor, cols: Tensor, edges: Tensor, num_cols: int, heads: int,
-              with_entry_index: bool) -> "HeadPattern":
-        """For edges sorted by row (``ptr``), each with its column and its edge id.
+    def build(cls, ptr: Tensor, cols: Tensor, num_cols: int, heads: int,
+              order: Optional[Tensor] = None) -> "HeadPattern":
+        """For edges sorted by row (``ptr``), each with its column; ``order[q]`` is the edge id
+        of the ``q``-th of them (``None``: the edge ids are the row order itself).
 
         Row ``r * heads + h`` holds the ``degree[r]`` edges of row ``r``, from
-        ``heads * ptr[r] + h * degree[r]`` on; everything is computed in the order of the
-        non-zeros (repeats and gathers, no scatter or division), in 32-bit integers where the
+        ``heads * ptr[r] + h * degree[r]`` on, so edge ``q`` of row ``r`` and head ``h`` is
+        non-zero ``(heads - 1) * ptr[r] + q + h * degree[r]``: gathers over the edges, broadcasts
+        and two scatters over the non-zeros (no repeats or sorts), in 32-bit integers where the
         sizes allow.
         """
         num_rows, num_edges = ptr.numel() - 1, cols.numel()
         dtype = torch.int32 if heads * max(num_edges, num_rows, num_cols) < 2**31 else torch.long
-        ptr, cols, edges = ptr.to(dtype), cols.to(dtype), edges.to(dtype)
-        head = torch.arange(heads, dtype=dtype, device=ptr.device)
+        device = ptr.device
+        ptr, cols = ptr.to(dtype), cols.to(dtype)
+        head = torch.arange(heads, dtype=dtype, device=device)
         degree = ptr.diff()
-        row_start = heads * ptr[:-1].view(-1, 1) + head * degree.view(-1, 1)  # [num_rows, heads]
-        crow = torch.cat([row_start.view(-1), ptr.new_full((1,), heads * num_edges)])
-        # Non-zero k of row r * heads + h is edge k - (row_start - ptr[r]) of head h.
-        sizes = degree.repeat_interleave(heads)
-        total = heads * num_edges
-        shift = (row_start - ptr[:-1].view(-1, 1)).view(-1).repeat_interleave(sizes, output_size=total)
-        h = head.repeat(num_rows).repeat_interleave(sizes, output_size=total)
-        edge = torch.arange(total, dtype=dtype, device=ptr.device).sub_(shift)
-        col = cols.index_select(0, edge).mul_(heads).add_(h)
-        value_index = edges.index_select(0, edge).mul_(heads).add_(h)
-        entry_index = None
-        if with_entry_index:  # for edges in row order: the non-zero of (edge q, head h)
-            rows = ptr2index(ptr, num_edges)
-            first = ((heads - 1) * ptr[:-1]).index_select(0, rows) + torch.arange(num_edges, dtype=dtype, device=ptr.device)
-            entry_index = (first.view(-1, 1) + head * degree.index_select(0, rows).view(-1, 1)).view(-1)
-        return cls(crow, col, value_index, entry_index, (num_rows * heads, num_cols * heads))
+        crow = torch.cat([(heads * ptr[:-1].view(-1, 1) + head * degree.view(-1, 1)).view(-1),
+                          ptr.new_full((1,), heads * num_edges)])
+        rows = ptr2index(ptr, num_edges)
+        first = ((heads - 1) * ptr[:-1]).index_select(0, rows) + torch.arange(num_edges, dtype=dtype, device=device)
+        entry = (first.view(-1, 1) + head * degree.index_select(0, rows).view(-1, 1)).view(-1)
+        positions = entry.long()
+        col = torch.empty_like(entry).scatter_(0, positions, (cols.view(-1, 1) * heads + head).view(-1))
+        edges = torch.arange(num_edges, dtype=dtype, device=device) if order is None else order.to(dtype)
+        value_index = torch.empty_like(entry).scatter_(0, positions, (edges.view(-1, 1) * heads + head).view(-1))
+        return cls(crow, col, value_index, entry if order is None else None, (num_rows * heads, num_cols * heads))
 
     def matrix(self, values: Tensor) -> Tensor:
         """The sparse matrix with ``values`` (``[num_edges, heads]``, contiguous) at the pattern."""
@@ -109,16 +106,13 @@ class TargetCSR:
         """The pattern of ``A`` (rows are targets) or of ``A^T`` (rows are sources)."""
         key = (heads, transpose)
         if key not in self._patterns:
-            edges = torch.arange(self.src.numel(), device=self.src.device)
             if transpose:
-                edges = torch.argsort(self.src, stable=True)
-                ptr = index2ptr(self.src.index_select(0, edges), self.num_src)
+                order = torch.argsort(self.src, stable=True)
+                ptr = index2ptr(self.src.index_select(0, order), self.num_src)
                 dst = ptr2index(self.ptr, self.src.numel())
-                self._patterns[key] = HeadPattern.build(ptr, dst.index_select(0, edges), edges, self.num_dst,
-                                                        heads, with_entry_index=False)
-            else:  # the weight gradient comes back through entry_index
-                self._patterns[key] = HeadPattern.build(self.ptr, self.src, edges, self.num_src, heads,
-                                                        with_entry_index=True)
+                self._patterns[key] = HeadPattern.build(ptr, dst.index_select(0, order), self.num_dst, heads, order)
+            else:
+                self._patterns[key] = HeadPattern.build(self.ptr, self.src, self.num_src, heads)
         return self._patterns[key]
 
 

@@ -17,6 +17,12 @@ its input dropout rate 0.6, to the projected features being aggregated: one mask
 head, drawn after the attention scores (and BAM's contextual-prior keys) are computed from the
 undropped features. ``torch_geometric.nn.GATConv`` has no such dropout.
 
+Two options reproduce details of the original TF code (PetarV-/GAT and the BAM code built on
+it, which builds every head separately): ``attention_bias`` adds one learnt bias per head to each
+half of :math:`e_{ij}` inside the LeakyReLU (its ``f_1``/``f_2`` are biased ``conv1d`` s), and
+``input_dropout`` drops the layer's input with an independent mask for every head (its
+``attn_head`` applies ``in_drop`` to ``seq`` per head). Both are off by default, as in PyG.
+
 ``normalize`` is any :mod:`common.attention` variant: ``softmax`` is the GAT of the paper (and
 of ``torch_geometric.nn.GATConv``, weight for weight); the BAM variants (Fan et al., NeurIPS
 2020, Sec. 3) sample :math:`\alpha_{i\cdot} = \mathrm{softmax}(e_{i\cdot} + \text{noise})` in
@@ -43,6 +49,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.nn import Parameter
 from torch_geometric import EdgeIndex
+from torch_geometric.index import index2ptr
 from torch_geometric.nn.conv import MessagePassing
 from torch_geometric.nn.dense.linear import Linear
 from torch_geometric.nn.inits import glorot, zeros
@@ -53,7 +60,7 @@ from torch_geometric.utils.sparse import set_sparse_value
 from common import attention as attention_lib
 
 from .aggregate import TargetCSR, attention_aggregate
-from .dropout import Dropout
+from .dropout import Dropout, SparseDropout
 
 #: Keyword arguments that go to ``MessagePassing``; all other extra keywords are options of
 #: the attention normalizer (e.g. ``k``, ``beta``, ``sigma``, ``d_mid`` for BAM).
@@ -97,11 +104,18 @@ class PreparedGraph:
         return self.sorted.as_tensor() if isinstance(self.sorted, EdgeIndex) else self.sorted
 
 
-def sort_by_target(edge_index: Tensor, num_src: int, num_dst: int) -> Tuple[EdgeIndex, Optional[Tensor]]:
+def sort_by_target(edge_index: Tensor, num_src: int, num_dst: int, num_loops: int = 0,
+                   presorted: Optional[bool] = None) -> Tuple[EdgeIndex, Optional[Tensor]]:
     """``edge_index`` (``[2, E]``, an ``EdgeIndex`` or a ``torch.sparse`` ``adj_t``) as an
-    ``EdgeIndex`` sorted by target, and the permutation applied (``None`` if already sorted)."""
+    ``EdgeIndex`` sorted by target, and the permutation applied (``None`` if already sorted).
+
+    The last ``num_loops`` edges of a ``[2, E]`` input may be the self-loops ``0 .. num_loops-1``
+    that PyG's ``add_self_loops`` appends. When the edges before them are sorted by target
+    (``presorted``, e.g. from an ``EdgeIndex`` with ``sort_order='col'``; checked in one pass
+    when not given), the loops are merged in (:func:`merge_appended_loops`) and nothing is sorted.
+    """
     if is_torch_sparse_tensor(edge_index):
-        edge_index = to_edge_index(edge_index)[0].flip(0)
+        edge_index, num_loops = to_edge_index(edge_index)[0].flip(0), 0
     if not isinstance(edge_index, EdgeIndex):
         edge_index = EdgeIndex(edge_index, sparse_size=(num_src, num_dst))
     try:
@@ -109,7 +123,28 @@ def sort_by_target(edge_index: Tensor, num_src: int, num_dst: int) -> Tuple[Edge
     except ValueError as err:
         raise ValueError(f"edge_index does not fit x ({num_src} source and {num_dst} target nodes): {err}; "
                          f"node ids must lie in [0, num_nodes)") from err
-    return edge_index.sort_by("col")
+    if edge_index.is_sorted_by_col:
+        return edge_index, None
+    edges = edge_index.as_tensor()
+    col = edges[1, :edges.size(1) - num_loops]
+    if presorted is None:
+        presorted = bool((col[1:] >= col[:-1]).all())
+    if not presorted:
+        return edge_index.sort_by("col")
+    to_sorted = merge_appended_loops(col, num_loops, num_dst) if num_loops else None
+    if to_sorted is not None:
+        edges = edges.index_select(1, to_sorted)
+    return EdgeIndex(edges, sparse_size=(num_src, num_dst), sort_order="col"), to_sorted
+
+
+def merge_appended_loops(col: Tensor, num_loops: int, num_dst: int) -> Tensor:
+    """The permutation that sorts ``[edges sorted by target col, loops 0 .. num_loops-1]`` by
+    target, in one pass: each loop goes after the edges of its node (a stable sort's place)."""
+    num_edges = col.numel()
+    ptr = index2ptr(col, num_dst)
+    arange = torch.arange(num_edges + num_loops, device=col.device)
+    position = torch.cat([arange[:num_edges] + col.clamp_max(num_loops), ptr[1:num_loops + 1] + arange[:num_loops]])
+    return torch.empty_like(position).scatter_(0, position, arange)
 
 
 class GATConv(MessagePassing):
@@ -125,6 +160,10 @@ class GATConv(MessagePassing):
         value_dropout: dropout probability of the projected source features (the values summed
             with weights ``alpha_ij``), as in the original GAT code (see the module docstring).
             ``0`` (default) is PyG's layer; the paper's model uses the input dropout, ``0.6``.
+        input_dropout: dropout probability of the input ``x``, with an independent mask for
+            every head (the original TF code); ``0`` (default): none (drop ``x`` before the layer).
+        attention_bias: a learnt bias per head on each half of ``e_ij``, inside the LeakyReLU
+            (the original TF code); ``False`` (default): none, as PyG.
         attention: a :func:`common.attention.available` name: ``softmax`` (default),
             ``bam-wf``, ``bam-wc``, ``bam-lf``, ``bam-lc``, ``entmax``, ``entmax15``, ``sparsemax``.
         **kwargs: ``aggr``/``flow``/``decomposed_layers`` go to ``MessagePassing``; everything
@@ -150,6 +189,8 @@ class GATConv(MessagePassing):
         residual: bool = False,
         attention: str = "softmax",
         value_dropout: float = 0.0,
+        input_dropout: float = 0.0,
+        attention_bias: bool = False,
         **kwargs,
     ):
         mp_kwargs = {key: kwargs.pop(key) for key in MESSAGE_PASSING_KWARGS if key in kwargs}
@@ -159,8 +200,9 @@ class GATConv(MessagePassing):
         self.concat, self.negative_slope, self.dropout = concat, negative_slope, dropout
         self.add_self_loops, self.edge_dim, self.fill_value = add_self_loops, edge_dim, fill_value
         self.residual, self.attention = residual, attention
-        if not 0.0 <= value_dropout <= 1.0:
-            raise ValueError(f"value_dropout must be in [0, 1], got {value_dropout}")
+        for name, p in (("value_dropout", value_dropout), ("input_dropout", input_dropout)):
+            if not 0.0 <= p <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {p}")
         self.value_dropout = value_dropout
 
         self.lin = self.lin_src = self.lin_dst = None
@@ -171,6 +213,11 @@ class GATConv(MessagePassing):
             self.lin_dst = Linear(in_channels[1], heads * out_channels, False, weight_initializer="glorot")
         self.att_src = Parameter(torch.empty(1, heads, out_channels))
         self.att_dst = Parameter(torch.empty(1, heads, out_channels))
+        if attention_bias:
+            self.att_src_bias, self.att_dst_bias = Parameter(torch.empty(heads)), Parameter(torch.empty(heads))
+        else:
+            self.register_parameter("att_src_bias", None)
+            self.register_parameter("att_dst_bias", None)
         if edge_dim is not None:
             self.lin_edge = Linear(edge_dim, heads * out_channels, bias=False, weight_initializer="glorot")
             self.att_edge = Parameter(torch.empty(1, heads, out_channels))
@@ -194,6 +241,7 @@ class GATConv(MessagePassing):
         # A module (not F.dropout) so that common.attention.mc_sampling(dropout=True) sees it.
         self.attention_dropout = Dropout(dropout)
         self.value_dropout_layer = Dropout(value_dropout)
+        self.input_dropout = SparseDropout(input_dropout)
         self._graph_cache = None  # see _prepare_graph
         self.reset_parameters()
 
@@ -206,10 +254,17 @@ class GATConv(MessagePassing):
         glorot(self.att_dst)
         glorot(self.att_edge)
         zeros(self.bias)
+        zeros(self.att_src_bias)
+        zeros(self.att_dst_bias)
 
     def _project(self, lin: Linear, x: Tensor) -> Tensor:
-        """``lin(x)`` as ``[N, heads, out_channels]``."""
-        return _apply_linear(lin, x).view(-1, self.heads, self.out_channels)
+        """``lin(input_dropout(x))`` as ``[N, heads, out_channels]``, each head with its own mask."""
+        drop = self.input_dropout
+        if not drop.training or drop.p == 0:
+            return _apply_linear(lin, x).view(-1, self.heads, self.out_channels)
+        weights = lin.weight.view(self.heads, self.out_channels, -1)
+        heads = [sparse_linear(drop(x), w) if x.layout == torch.sparse_csr else F.linear(drop(x), w) for w in weights]
+        return torch.stack(heads, dim=1)
 
     def forward(
         self,
@@ -242,6 +297,9 @@ class GATConv(MessagePassing):
         # Node-level halves of e_ij (GAT Eq. 3 splits a^T [Wh_i || Wh_j] into two dot products).
         alpha_src = (x_src * self.att_src).sum(dim=-1)
         alpha_dst = None if x_dst is None else (x_dst * self.att_dst).sum(-1)
+        if self.att_src_bias is not None:
+            alpha_src = alpha_src + self.att_src_bias
+            alpha_dst = None if alpha_dst is None else alpha_dst + self.att_dst_bias
 
         num_src = x_src.size(0)
         num_dst = size[1] if size is not None else (x_dst if x_dst is not None else x_src).size(0)
@@ -281,10 +339,12 @@ class GATConv(MessagePassing):
         if not self.explain and edge_attr is None and cache is not None and cache[0]() is edge_index \
                 and cache[1] == key:
             return cache[2]
-        given = edge_index
+        given, num_loops = edge_index, 0
+        presorted = True if isinstance(edge_index, EdgeIndex) and edge_index.is_sorted_by_col else None
         if self.add_self_loops:
             if isinstance(edge_index, Tensor):
                 num_nodes = min(num_src, num_dst) if size is None else min(size)
+                num_loops = 0 if is_torch_sparse_tensor(edge_index) else num_nodes
                 edge_index, edge_attr = remove_self_loops(edge_index, edge_attr)
                 edge_index, edge_attr = add_self_loops(edge_index, edge_attr, fill_value=self.fill_value,
                                                        num_nodes=num_nodes)
@@ -296,7 +356,7 @@ class GATConv(MessagePassing):
         if self.explain:  # explainer masks follow PyG's edge order: keep it (and the unfused path)
             return PreparedGraph(edge_index, edge_index, None, edge_attr, None)
         if isinstance(edge_index, Tensor):  # [2, E] or torch.sparse adj_t
-            graph, to_sorted = sort_by_target(edge_index, num_src, num_dst)
+            graph, to_sorted = sort_by_target(edge_index, num_src, num_dst, num_loops, presorted)
             if edge_attr is not None and to_sorted is not None:
                 edge_attr = edge_attr.index_select(0, to_sorted)
             prepared = PreparedGraph(edge_index, graph, to_sorted, edge_attr, TargetCSR.from_edge_index(graph))
@@ -343,5 +403,7 @@ class GATConv(MessagePassing):
     def __repr__(self) -> str:
         return (f"{self.__class__.__name__}({self.in_channels}, {self.out_channels}, "
                 f"heads={self.heads}, attention={self.attention!r}"
-                + (f", value_dropout={self.value_dropout}" if self.value_dropout else "") + ")")
+                + (f", value_dropout={self.value_dropout}" if self.value_dropout else "")
+                + (f", input_dropout={self.input_dropout.p}" if self.input_dropout.p else "")
+                + (", attention_bias=True" if self.att_src_bias is not None else "") + ")")
 

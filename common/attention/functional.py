@@ -20,6 +20,39 @@ def _as_tensor(x, like: Tensor) -> Tensor:
     return x if isinstance(x, Tensor) else torch.as_tensor(x, dtype=like.dtype, device=like.device)
 
 
+_HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
+
+
+def lgamma_positive(x: Tensor) -> Tensor:
+    """``log Gamma(x)`` for ``0 < x < 1e9``: ``lgamma(x + 6) - log(x (x+1) ... (x+5))`` with
+    Stirling's series at ``x + 6``. On CPU these vectorised passes beat ATen's scalar loop
+    (about 40 ns an element); other devices use ``torch.lgamma``."""
+    if x.device.type != "cpu":
+        return torch.lgamma(x)
+    y = x + 6.0
+    inv = y.reciprocal()
+    inv2 = inv.square()
+    series = inv2.mul(-1 / 1680).add_(1 / 1260).mul_(inv2).sub_(1 / 360).mul_(inv2).add_(1 / 12).mul_(inv)
+    out = (y - 0.5).mul_(y.log()).sub_(y).add_(_HALF_LOG_2PI).add_(series)
+    low = (x + 1.0).mul_(x).mul_(x + 2.0).mul_(x + 3.0).log_()
+    return out.sub_(low).sub_((x + 4.0).mul_(x + 5.0).log_())
+
+
+def digamma_positive(x: Tensor) -> Tensor:
+    """``psi(x)`` for ``x > 0``: ``psi(x + 6) - sum_{k<6} 1/(x+k)`` with the asymptotic series at
+    ``x + 6`` (CPU; other devices use ``torch.digamma``, see :func:`lgamma_positive`)."""
+    if x.device.type != "cpu":
+        return torch.digamma(x)
+    y = x + 6.0
+    inv = y.reciprocal()
+    inv2 = inv.square()
+    series = inv2.mul(-1 / 132).add_(1 / 240).mul_(inv2).sub_(1 / 252).mul_(inv2).add_(1 / 120).mul_(inv2)
+    out = y.log_().sub_(inv.mul_(0.5)).add_(series.sub_(1 / 12).mul_(inv2))
+    for k in range(6):
+        out.sub_((x + float(k)).reciprocal_())
+    return out
+
+
 def kl_weibull_gamma_log(k, log_lam: Tensor, alpha, beta) -> Tensor:
     r"""KL(Weibull(k, lambda) || Gamma(alpha, beta)) from ``log(lambda)`` (BAM paper, Sec. 3.2):
 
@@ -61,20 +94,21 @@ def kl_lognormal(mu_q: Tensor, sigma_q, mu_p, sigma_p) -> Tensor:
     )
 
 
-def weibull_log_noise(like: Tensor, k: float) -> Tensor:
+def weibull_log_noise(like: Tensor, k: float, generator: Optional[torch.Generator] = None) -> Tensor:
     r"""``(1/k) log(-log(u))``, u ~ U(0,1): the log of a Weibull(k, 1) sample (BAM Sec. 3.2,
     ``S = lambda (-log(1-u))^{1/k}``, with ``1-u`` as uniform as ``u``).
 
     ``u`` is kept inside ``[tiny, 1 - eps]`` so the noise is always finite.
     """
-    u = torch.rand_like(like).clamp_(torch.finfo(like.dtype).tiny, 1 - torch.finfo(like.dtype).eps)
+    u = torch.rand(like.shape, dtype=like.dtype, device=like.device, generator=generator)
+    u.clamp_(torch.finfo(like.dtype).tiny, 1 - torch.finfo(like.dtype).eps)
     noise = u.log_().neg_().log_()
     return noise if k == 1 else noise.div_(k)
 
 
-def lognormal_log_noise(like: Tensor, sigma: float) -> Tensor:
+def lognormal_log_noise(like: Tensor, sigma: float, generator: Optional[torch.Generator] = None) -> Tensor:
     """``sigma * eps``, eps ~ N(0, 1): the log of a Lognormal(0, sigma^2) sample."""
-    noise = torch.randn_like(like)
+    noise = torch.randn(like.shape, dtype=like.dtype, device=like.device, generator=generator)
     return noise if sigma == 1 else noise.mul_(sigma)
 
 

@@ -17,7 +17,9 @@ Order of operations (each step only when configured):
 The record :class:`AttentionMaps` holds the logits after step 3 (``maps.logits``: hand
 them to the next layer as ``prev_logits``) and the weights after step 5. With no
 operator on and the softmax normalizer, the call is ``F.scaled_dot_product_attention``
-and no map is materialised unless ``need_maps=True``.
+and no map is materialised unless ``need_maps=True``. With a BAM normalizer and no
+operator, the call goes through :func:`~common.attention.dense_bam.fused_bam`, which does
+not materialise the ``[queries x keys]`` weights either.
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..dense_bam import fused_bam
 from ..registry import build
 from ..maps.conv import CROSS_LAYER
 from ..maps.convoluted import ConvolutedAttention
@@ -137,6 +140,9 @@ class Attend(nn.Module):
         self._check_inputs(q, k, v, mask, causal, prev_logits)
         if self.plain and not need_maps:
             return self._sdpa(q, k, v, mask, causal), AttentionMaps()
+        fused = fused_bam(self, q, k, v, mask, causal, need_maps)
+        if fused is not None:
+            return fused, AttentionMaps()
         Q, K = q.shape[-2], k.shape[-2]
         full_mask = mask
         if causal:

@@ -1,0 +1,182 @@
+"""The fused edge-wise BAM kernels against the PyTorch path (Triton's interpreter on CPU).
+
+Graphs are small (the interpreter runs one Python loop per target node) but hold every kind
+of segment: empty (isolated nodes), one edge, a few edges and a degree-1000 hub.
+"""
+import math
+
+import pytest
+import torch
+from torch_geometric.index import index2ptr
+
+from common import attention
+from common.attention.groups import EdgeGroups
+from common.attention.kernels import triton_available
+
+pytestmark = pytest.mark.skipif(not triton_available(), reason="needs triton")
+
+BAM_VARIANTS = ["bam-wf", "bam-wc", "bam-lf", "bam-lc"]
+HEADS, KEY_DIM = 3, 4
+
+
+def graph(degrees):
+    """Targets sorted, their CSR pointer and random sources, for the given in-degrees."""
+    degrees = torch.tensor(degrees)
+    index = torch.repeat_interleave(torch.arange(degrees.numel()), degrees)
+    src = torch.randint(0, degrees.numel(), (index.numel(),), generator=torch.Generator().manual_seed(1))
+    return index, index2ptr(index, degrees.numel()), src
+
+
+SMALL = [0, 1, 3, 0, 7, 1, 2, 0, 5]  # isolated nodes, one-edge segments, small ones
+HUB = [1, 0, 1000, 2]  # a degree-1000 hub: many tiles in one segment
+
+
+def run(bam, scores, keys, groups, src, noise, grad_w, mode, monkeypatch):
+    """Weights, KL and gradients (scores, keys, prior network) of one path."""
+    monkeypatch.setenv("ATTN_TRITON", mode)
+    scores = scores.clone().requires_grad_()
+    keys = keys.clone().requires_grad_()
+    bam.zero_grad(set_to_none=True)
+    with attention.aux_losses() as aux:
+        weights = bam.normalize(scores, groups, keys=keys, key_index=src, noise=noise)
+    kl = aux.total()
+    ((weights * grad_w).sum() + 3.0 * kl).backward()
+    params = [torch.zeros(()) if p.grad is None else p.grad for p in bam.parameters()]
+    return [weights.detach(), kl.detach(), scores.grad, torch.zeros(()) if keys.grad is None else keys.grad, *params]
+
+
+def assert_paths_agree(name, degrees, dtype, monkeypatch, device="cpu"):
+    """Both paths on the same scores, keys and noise give the same weights, KL and gradients."""
+    torch.manual_seed(0)
+    index, ptr, src = (t.to(device) for t in graph(degrees))
+    bam = attention.build(name, num_heads=HEADS, key_dim=KEY_DIM).to(device, dtype).train()
+    scores = torch.randn(index.numel(), HEADS, dtype=dtype, device=device) * 3
+    keys = torch.randn(len(degrees), HEADS, KEY_DIM, dtype=dtype, device=device)
+    noise, grad_w = torch.randn_like(scores), torch.randn_like(scores)
+    groups = EdgeGroups(index, ptr=ptr)
+    torch_path = run(bam, scores, keys, groups, src, noise, grad_w, "0", monkeypatch)
+    fused = run(bam, scores, keys, groups, src, noise, grad_w, "1", monkeypatch)
+    for ref, got in zip(torch_path, fused):
+        torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
+    assert fused[1].abs() > 1e-3  # the KL term is there
+
+
+@pytest.mark.parametrize("name", BAM_VARIANTS)
+@pytest.mark.parametrize("degrees,dtype", [(SMALL, torch.float32), (HUB, torch.float64)], ids=["small", "hub"])
+def test_explicit_noise_gives_the_pytorch_weights_kl_and_gradients(name, degrees, dtype, monkeypatch):
+    """Float64 on the hub: there the key gradients sum a thousand float32 terms, in a different
+    order on each path."""
+    assert_paths_agree(name, degrees, dtype, monkeypatch)
+
+
+def test_fused_path_is_taken_only_when_asked(monkeypatch):
+    from common.attention.kernels import edge_bam as kernels
+    calls = []
+    monkeypatch.setattr(kernels, "edge_bam", lambda *a, **k: calls.append(1) or (a[1], None))
+    index, ptr, _ = graph(SMALL)
+    bam = attention.build("bam-wf").train()
+    scores = torch.randn(index.numel(), HEADS)
+    for mode, expected in (("0", 0), ("auto", 0), ("1", 1)):  # auto: CUDA only
+        monkeypatch.setenv("ATTN_TRITON", mode)
+        bam(scores, index=index, ptr=ptr)
+        assert len(calls) == expected
+    bam(scores, index=index)  # without a CSR pointer: the PyTorch path
+    assert len(calls) == 1
+    everywhere = attention.build("bam-wc", key_dim=4, prior_scope="all").train()  # prior over all nodes
+    num_nodes = ptr.numel() - 1
+    with attention.aux_losses():
+        everywhere(scores, index=index, ptr=ptr, num_nodes=num_nodes, keys=torch.randn(num_nodes, HEADS, 4),
+                   key_index=index)
+    assert len(calls) == 1  # the kernel normalises the prior per segment: the PyTorch path
+
+
+@pytest.mark.parametrize("name,variance", [("bam-wf", math.pi**2 / 6), ("bam-lf", 1.0)])
+def test_philox_noise_has_the_posterior_law_and_is_redrawn_in_backward(name, variance, monkeypatch):
+    """The kernel's own noise, read back from its weights (``log w - s``, up to a constant per
+    segment), has the variance of ``log(-log u)`` (Gumbel: pi^2/6) or of ``eps``; the same seed
+    repeats it, and the backward regenerates exactly that noise."""
+    monkeypatch.setenv("ATTN_TRITON", "1")
+    index, ptr, src = graph(HUB)
+    bam = attention.build(name).train()
+    scores = torch.randn(index.numel(), 2, dtype=torch.float64)
+    groups = EdgeGroups(index, ptr=ptr)
+
+    def sample():
+        s = scores.clone().requires_grad_()
+        with attention.aux_losses() as aux:
+            weights = bam(s, index=index, ptr=ptr)
+        ((weights * grad_w).sum() + aux.total()).backward()
+        return weights.detach(), s.grad
+
+    grad_w = torch.randn_like(scores)
+    torch.manual_seed(5)
+    weights, grad = sample()
+    torch.manual_seed(5)
+    again, _ = sample()
+    torch.testing.assert_close(again, weights, rtol=0, atol=0)
+    noise = (weights.log() - scores) / bam.noise_scale
+    hub = noise[ptr[2]:ptr[3]]
+    assert torch.allclose(hub.var(0), torch.full((2,), variance, dtype=torch.float64), rtol=0.15)
+    assert not torch.allclose(hub[:, 0], hub[:, 1])  # every head draws its own noise
+    monkeypatch.setenv("ATTN_TRITON", "0")
+    s = scores.clone().requires_grad_()
+    with attention.aux_losses() as aux:
+        reference = bam.normalize(s, groups, noise=noise)
+    ((reference * grad_w).sum() + aux.total()).backward()
+    torch.testing.assert_close(reference.detach(), weights)
+    torch.testing.assert_close(s.grad, grad)
+
+
+@pytest.mark.parametrize("name", ["bam-wc", "bam-lf"])
+def test_eval_mode_gives_softmax_and_the_same_kl(name, monkeypatch):
+    torch.manual_seed(0)
+    index, ptr, src = graph(SMALL)
+    bam = attention.build(name, num_heads=HEADS, key_dim=KEY_DIM).eval()
+    scores, keys = torch.randn(index.numel(), HEADS), torch.randn(len(SMALL), HEADS, KEY_DIM)
+    out = {}
+    for mode in "01":
+        monkeypatch.setenv("ATTN_TRITON", mode)
+        with attention.aux_losses() as aux:
+            out[mode] = bam(scores, index=index, ptr=ptr, keys=keys, key_index=src), aux.total()
+    torch.testing.assert_close(out["1"][0], torch_geometric_softmax(scores, index))
+    torch.testing.assert_close(out["1"][1], out["0"][1])
+
+
+def torch_geometric_softmax(scores, index):
+    from torch_geometric.utils import softmax
+    return softmax(scores, index)
+
+
+def test_extreme_scores_stay_finite(monkeypatch):
+    """Scores spanning far more than the float32 exponent range: weights and gradients finite,
+    weights summing to one per segment (the segment log-sum-exps are exact)."""
+    monkeypatch.setenv("ATTN_TRITON", "1")
+    index, ptr, src = graph(SMALL)
+    bam = attention.build("bam-wc", num_heads=HEADS, key_dim=KEY_DIM).train()
+    scores = (torch.randn(index.numel(), HEADS) * 1e4).requires_grad_()
+    keys = torch.randn(len(SMALL), HEADS, KEY_DIM) * 1e3
+    with attention.aux_losses() as aux:
+        weights = bam(scores, index=index, ptr=ptr, keys=keys, key_index=src)
+    (weights.square().sum() + aux.total()).backward()
+    assert torch.isfinite(weights).all() and torch.isfinite(aux.total()) and torch.isfinite(scores.grad).all()
+    sums = torch.zeros(len(SMALL), HEADS).index_add_(0, index, weights.detach())
+    torch.testing.assert_close(sums[ptr.diff() > 0], torch.ones(int((ptr.diff() > 0).sum()), HEADS))
+
+
+def test_gatconv_runs_the_kernels_and_matches_the_pytorch_path_in_eval(monkeypatch):
+    from graphattn import GATConv
+    torch.manual_seed(0)
+    index, _, src = graph(SMALL)
+    edge_index = torch.stack([src, index])
+    x = torch.randn(len(SMALL), 5)
+    conv = GATConv(5, KEY_DIM, heads=HEADS, attention="bam-wc").eval()
+    out = {}
+    for mode in "01":
+        monkeypatch.setenv("ATTN_TRITON", mode)
+        conv.zero_grad(set_to_none=True)
+        with attention.aux_losses() as aux:
+            y = conv(x, edge_index.clone())
+        (y.square().sum() + aux.total()).backward()
+        out[mode] = [y.detach(), aux.total().detach()] + [p.grad for p in conv.parameters() if p.grad is not None]
+    for ref, got in zip(out["0"], out["1"]):
+        torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
