@@ -153,14 +153,16 @@ def _power_mode(alpha: Union[float, Tensor]) -> int:
 class _EntmaxBisect(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: Tensor, alpha: Tensor, layout: _Layout, n_iter: int, power: int) -> Tensor:
-        out = torch.empty_like(x)
+        out = torch.zeros_like(x) if layout.rows == 0 else torch.empty_like(x)  # no group: nothing to launch
+        ctx.save_for_backward(out, alpha)
+        ctx.layout, ctx.power = layout, power
+        if layout.rows == 0:
+            return out
         ptr = layout.ptr if layout.ptr is not None else x  # unused dummy pointer in the dense layout
         _entmax_fwd[(layout.rows,)](
             x, out, alpha, ptr, layout.n_cols, layout.step, layout.alpha_div, layout.alpha_mod,
             0 if alpha.numel() == 1 else 1, n_iter,
             BLOCK=layout.block, CSR=layout.ptr is not None, POWER=power, num_warps=_warps(layout.block))
-        ctx.save_for_backward(out, alpha)
-        ctx.layout, ctx.power = layout, power
         return out
 
     @staticmethod
@@ -168,6 +170,8 @@ class _EntmaxBisect(torch.autograd.Function):
         p, alpha = ctx.saved_tensors
         layout = ctx.layout
         alpha_grad = ctx.needs_input_grad[1]
+        if layout.rows == 0:
+            return torch.zeros_like(p), torch.zeros_like(alpha) if alpha_grad else None, None, None, None
         dx = torch.empty_like(p)
         d_rows = p.new_empty(layout.rows if alpha_grad else 1)
         _entmax_bwd[(layout.rows,)](
