@@ -68,9 +68,8 @@ def _tile(scores_ptr, prior_ptr, noise_ptr, e, h, mask, H: tl.constexpr, seed, o
     idx = e[:, None] * H + h[None, :]
     s = tl.load(scores_ptr + idx, mask=mask, other=float("-inf"))
     if NOISE == 1:  # Weibull: log(-log u), u clamped to [tiny, 1 - eps]
-        u = tl.rand(seed, idx + offset).to(s.dtype)
-        u = tl.minimum(tl.maximum(u, TINY), ONE_MINUS_EPS)
-        z = s + scale * tl.log(-tl.log(u))
+        u = tl.minimum(tl.maximum(tl.rand(seed, idx + offset), TINY), ONE_MINUS_EPS)  # float32
+        z = s + scale * tl.log(-tl.log(u.to(s.dtype)))
     elif NOISE == 2:
         z = s + scale * tl.randn(seed, idx + offset).to(s.dtype)
     elif NOISE == 3:
@@ -255,8 +254,9 @@ class _Config:
             self.c = (kernel.log_beta, kernel.c, 0.0 if contextual else kernel.alpha)
         else:
             self.c = (kernel.scale, kernel.offset, 0.0)
-        info = torch.finfo(dtype)
-        self.tiny, self.one_minus_eps, self.log_tiny = info.tiny, 1 - info.eps, math.log(info.tiny)
+        uniform = torch.finfo(torch.float32)  # tl.rand draws float32
+        self.tiny, self.one_minus_eps = uniform.tiny, 1 - uniform.eps
+        self.log_tiny = math.log(torch.finfo(dtype).tiny)
 
     def constexprs(self) -> dict:
         return dict(NOISE=self.noise, PRIOR=self.prior, KL=self.kl, TINY=self.tiny,
