@@ -13,12 +13,24 @@ of the paired per-call ratios: on a shared machine the load changes within secon
 pairing adjacent calls cancels that drift where the block-of-seconds medians of
 ``interleaved_times`` do not. The operator table uses ``interleaved_times``.
 
+3. Dense BAM (``bam-wc``, ``bam-lc``) through ``Attend`` in training mode with the KL
+   collected (the fused path of :mod:`common.attention.dense_bam`) against the softmax block
+   (SDPA), at ``--lengths`` (default 128 512 4096 16384) in ``--dtypes`` (fp32, bf16), with a
+   key padding mask and ``batch = --tokens / L``. Time is the median of paired ABBA ratios;
+   peak memory is measured for each case in a fresh subprocess (CPU: resident set high-water
+   mark; CUDA: ``torch.cuda.max_memory_allocated``). The materialised BAM path is timed too
+   where its ``[L x L]`` maps stay under ``--materialised-max`` entries.
+
     python benchmarks/block.py            # writes benchmarks/results/block.json
     python benchmarks/block.py --quick    # small shapes, for a smoke run
+    python benchmarks/block.py --only bam --device cuda
+    python benchmarks/block.py --only bam --lengths 128 512 4096 --dtypes fp32   # CPU
 """
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
 import sys
 import time
@@ -28,9 +40,12 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _measure import environment, interleaved_times, write_json  # noqa: E402
+from _measure import environment, in_subprocess, interleaved_times, peak_memory_mb, write_json  # noqa: E402
 
+from common import attention  # noqa: E402
 from common.attention.blocks import Attend, MultiHeadAttention  # noqa: E402
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 TARGET_RATIO = 1.2
 HEADS, HEAD_DIM = 8, 64
@@ -70,16 +85,86 @@ def core_case(name: str, batch: int, length: int, masked: bool):
     return {"sdpa": sdpa, "block": block}[name]
 
 
-def paired_times(fns: dict, calls: int, warmup: int = 3) -> tuple[dict, float]:
-    """Per-call medians of two functions timed in ABBA order, and the median of the paired ratios B/A."""
+def bam_case(name: str, length: int, batch: int, dtype: str, device: str):
+    """One forward+backward of ``Attend`` in training mode: ``softmax`` (SDPA) or a BAM variant
+    (``<variant>`` fused, ``<variant>:materialised`` the weight-matrix path), KL included."""
+    g = torch.Generator().manual_seed(0)
+    variant, _, path = name.partition(":")
+    q, k, v = (torch.randn(batch, HEADS, length, HEAD_DIM, generator=g).to(device, DTYPES[dtype]).requires_grad_()
+               for _ in range(3))
+    upstream = torch.randn(batch, HEADS, length, HEAD_DIM, generator=g).to(device, DTYPES[dtype])
+    lengths = torch.randint(length // 2, length + 1, (batch,), generator=g)
+    mask = (torch.arange(length) < lengths[:, None]).view(batch, 1, 1, length).to(device)
+    attend = Attend(HEADS, HEAD_DIM, {"normalizer": variant}).to(device).train()
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+
+    def step():
+        os.environ["ATTN_FUSED_BAM"] = "0" if path == "materialised" else "1"
+        with attention.aux_losses() as aux:
+            out, _ = attend(q, k, v, mask=mask)
+        ((out * upstream).float().sum() + aux.total().to(device)).backward()
+        sync()
+    return step
+
+
+def bam_memory_main(name: str, length: int, batch: int, dtype: str, device: str) -> None:
+    step = bam_case(name, length, batch, dtype, device)
+    if device.startswith("cuda"):
+        step()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        step()
+        peak = (torch.cuda.max_memory_allocated() - base) / 2**20
+    else:
+        peak = peak_memory_mb(step)
+    print(json.dumps({"peak_mb": peak}))
+
+
+def bam_sweep(args) -> list:
+    """Rows of section 3: BAM block vs softmax block (SDPA), time and peak memory."""
+    rows = []
+    for dtype in args.dtypes:
+        for length in args.lengths:
+            batch = max(1, args.tokens // length)
+            common = [str(length), str(batch), dtype, args.device]
+            sdpa_mem = in_subprocess(__file__, "--bam-memory", "softmax", *common, "--threads", str(args.threads))
+            for variant in args.bam:
+                names = ["softmax", variant]
+                if batch * HEADS * length * length <= args.materialised_max:
+                    names.append(variant + ":materialised")
+                fns = {name: bam_case(name, length, batch, dtype, args.device) for name in names}
+                calls = max(4, args.calls * 128 * 128 // (length * length))
+                clock = time.process_time if args.clock == "cpu" else time.perf_counter
+                times, ratio = paired_times({n: fns[n] for n in names[:2]}, calls, warmup=1, clock=clock)
+                row = {"variant": variant, "dtype": dtype, "length": length, "batch": batch, "heads": HEADS,
+                       "head_dim": HEAD_DIM, "mask": "key padding", "calls": calls,
+                       "sdpa_ms": round(times["softmax"], 2), "bam_ms": round(times[variant], 2),
+                       "time_ratio": round(ratio, 3)}
+                if len(names) == 3:
+                    mat, mat_ratio = paired_times({n: fns[n] for n in names[::2]}, calls, warmup=1, clock=clock)
+                    row["materialised_ms"] = round(mat[names[2]], 2)
+                    row["materialised_time_ratio"] = round(mat_ratio, 3)
+                mem = in_subprocess(__file__, "--bam-memory", variant, *common, "--threads", str(args.threads))
+                row.update(sdpa_peak_mb=round(sdpa_mem["peak_mb"], 1), bam_peak_mb=round(mem["peak_mb"], 1),
+                           memory_ratio=round(mem["peak_mb"] / max(sdpa_mem["peak_mb"], 1e-9), 3))
+                rows.append(row)
+                print(f"{variant} {dtype} L={length:5d} B={batch:3d}  sdpa {row['sdpa_ms']:9.2f} ms  bam "
+                      f"{row['bam_ms']:9.2f} ms  x{ratio:.2f}  (materialised x{row.get('materialised_time_ratio')})  "
+                      f"peak {row['sdpa_peak_mb']:.1f} / {row['bam_peak_mb']:.1f} MB", flush=True)
+    return rows
+
+
+def paired_times(fns: dict, calls: int, warmup: int = 3, clock=time.perf_counter) -> tuple[dict, float]:
+    """Per-call medians of two functions timed in ABBA order, and the median of the paired ratios B/A.
+    ``clock`` is wall time by default; ``time.process_time`` counts this process's CPU time only."""
     (name_a, fn_a), (name_b, fn_b) = fns.items()
     for _ in range(warmup):
         fn_a(), fn_b()
 
     def timed(fn) -> float:
-        start = time.perf_counter()
+        start = clock()
         fn()
-        return time.perf_counter() - start
+        return clock() - start
 
     samples = {name_a: [], name_b: []}
     ratios = []
@@ -115,8 +200,29 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the operator table")
     parser.add_argument("--calls", type=int, default=200, help="paired calls per shape at length 128 (a quarter at 512)")
+    parser.add_argument("--device", default="cpu", help="cpu (default), cuda or cuda:N (section 3)")
+    parser.add_argument("--only", choices=["core", "bam"], help="run only sections 1-2 (core) or 3 (bam)")
+    parser.add_argument("--lengths", type=int, nargs="+", default=[128, 512, 4096, 16384], help="section 3 lengths")
+    parser.add_argument("--dtypes", nargs="+", choices=list(DTYPES), default=["fp32", "bf16"])
+    parser.add_argument("--bam", nargs="+", default=["bam-wc", "bam-lc"], help="section 3 variants")
+    parser.add_argument("--tokens", type=int, default=8192, help="section 3: batch = tokens / length (at least 1)")
+    parser.add_argument("--materialised-max", type=float, default=2**27,
+                        help="section 3: time the materialised path up to this many map entries")
+    parser.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                        help="section 3 timer: wall time, or this process's CPU time (steadier on a shared CPU)")
+    parser.add_argument("--bam-memory", nargs=5, metavar=("NAME", "L", "B", "DTYPE", "DEVICE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    if args.bam_memory:
+        name, length, batch, dtype, device = args.bam_memory
+        return bam_memory_main(name, int(length), int(batch), dtype, device)
+    if args.only == "bam":
+        report = {"environment": environment(args.threads), "device": args.device,
+                  "pass": "forward+backward, training mode, KL collected",
+                  "ratio": "median over calls of bam_time / sdpa_time, adjacent calls in ABBA order",
+                  "clock": args.clock, "bam_vs_sdpa": bam_sweep(args)}
+        print("wrote", write_json("block_bam", report))
+        return
     batch, lengths = (4, (32, 64)) if args.quick else (32, (128, 512))
     min_run = 0.2 if args.quick else 1.0
     report = {"environment": environment(args.threads), "target_ratio": TARGET_RATIO, "quick": args.quick,
@@ -146,6 +252,8 @@ def main() -> None:
     }
     for name, t in times.items():
         print(f"{name:32s} {t:8.2f} ms  x{t / times['off']:.2f}", flush=True)
+    if args.only is None:
+        report["bam_vs_sdpa"] = bam_sweep(args)
     print("wrote", write_json("block", report))
 
 

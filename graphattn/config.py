@@ -1,8 +1,9 @@
 """Configs: YAML files shipped in ``graphattn/configs``, layered with ``common.utils.config``.
 
-Resolution order (later wins): ``gat.yaml`` -> ``<dataset>.yaml`` -> that file's
-``variants.<attention>`` block (the tuned options and KL schedule of the chosen variant) ->
-an optional user YAML (``--config``) -> command-line ``key=value`` overrides.
+Resolution order (later wins): ``gat.yaml`` -> ``<dataset>.yaml`` -> the preset named by
+``preset`` (e.g. ``preset=official``: ``official.yaml``, whose ``variants`` replace the dataset's)
+-> the ``variants.<attention>`` block (the tuned options and KL schedule of the chosen variant)
+-> an optional user YAML (``--config``) -> command-line ``key=value`` overrides.
 """
 from __future__ import annotations
 
@@ -36,6 +37,17 @@ def load_config(
     base = packaged_config("graphattn", "gat.yaml")
     name = canonical_name(OmegaConf.select(cli, "dataset") or OmegaConf.select(user, "dataset") or base.dataset)
     cfg = OmegaConf.merge(base, packaged_config("graphattn", f"{name.lower()}.yaml"))
+    preset_name = OmegaConf.select(cli, "preset") or OmegaConf.select(user, "preset") or cfg.preset
+    if preset_name:
+        try:
+            preset = packaged_config("graphattn", f"{preset_name}.yaml")
+        except FileNotFoundError:
+            raise ValueError(f"unknown preset {preset_name!r}; the packaged one is 'official' "
+                             f"(graphattn/configs/official.yaml)") from None
+        variants = preset.pop("variants", None)
+        cfg = OmegaConf.merge(cfg, preset)
+        if variants is not None:
+            cfg.variants = variants
     variant_name = OmegaConf.select(cli, "attention.name") or OmegaConf.select(user, "attention.name") \
         or cfg.attention.name
     variant = cfg.pop("variants", OmegaConf.create()).get(variant_name, OmegaConf.create())

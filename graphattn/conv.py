@@ -17,6 +17,12 @@ its input dropout rate 0.6, to the projected features being aggregated: one mask
 head, drawn after the attention scores (and BAM's contextual-prior keys) are computed from the
 undropped features. ``torch_geometric.nn.GATConv`` has no such dropout.
 
+Two options reproduce details of the original TF code (PetarV-/GAT and the BAM code built on
+it, which builds every head separately): ``attention_bias`` adds one learnt bias per head to each
+half of :math:`e_{ij}` inside the LeakyReLU (its ``f_1``/``f_2`` are biased ``conv1d`` s), and
+``input_dropout`` drops the layer's input with an independent mask for every head (its
+``attn_head`` applies ``in_drop`` to ``seq`` per head). Both are off by default, as in PyG.
+
 ``normalize`` is any :mod:`common.attention` variant: ``softmax`` is the GAT of the paper (and
 of ``torch_geometric.nn.GATConv``, weight for weight); the BAM variants (Fan et al., NeurIPS
 2020, Sec. 3) sample :math:`\alpha_{i\cdot} = \mathrm{softmax}(e_{i\cdot} + \text{noise})` in
@@ -54,7 +60,7 @@ from torch_geometric.utils.sparse import set_sparse_value
 from common import attention as attention_lib
 
 from .aggregate import TargetCSR, attention_aggregate
-from .dropout import Dropout
+from .dropout import Dropout, SparseDropout
 
 #: Keyword arguments that go to ``MessagePassing``; all other extra keywords are options of
 #: the attention normalizer (e.g. ``k``, ``beta``, ``sigma``, ``d_mid`` for BAM).
@@ -154,6 +160,10 @@ class GATConv(MessagePassing):
         value_dropout: dropout probability of the projected source features (the values summed
             with weights ``alpha_ij``), as in the original GAT code (see the module docstring).
             ``0`` (default) is PyG's layer; the paper's model uses the input dropout, ``0.6``.
+        input_dropout: dropout probability of the input ``x``, with an independent mask for
+            every head (the original TF code); ``0`` (default): none (drop ``x`` before the layer).
+        attention_bias: a learnt bias per head on each half of ``e_ij``, inside the LeakyReLU
+            (the original TF code); ``False`` (default): none, as PyG.
         attention: a :func:`common.attention.available` name: ``softmax`` (default),
             ``bam-wf``, ``bam-wc``, ``bam-lf``, ``bam-lc``, ``entmax``, ``entmax15``, ``sparsemax``.
         **kwargs: ``aggr``/``flow``/``decomposed_layers`` go to ``MessagePassing``; everything
@@ -179,6 +189,8 @@ class GATConv(MessagePassing):
         residual: bool = False,
         attention: str = "softmax",
         value_dropout: float = 0.0,
+        input_dropout: float = 0.0,
+        attention_bias: bool = False,
         **kwargs,
     ):
         mp_kwargs = {key: kwargs.pop(key) for key in MESSAGE_PASSING_KWARGS if key in kwargs}
@@ -188,8 +200,9 @@ class GATConv(MessagePassing):
         self.concat, self.negative_slope, self.dropout = concat, negative_slope, dropout
         self.add_self_loops, self.edge_dim, self.fill_value = add_self_loops, edge_dim, fill_value
         self.residual, self.attention = residual, attention
-        if not 0.0 <= value_dropout <= 1.0:
-            raise ValueError(f"value_dropout must be in [0, 1], got {value_dropout}")
+        for name, p in (("value_dropout", value_dropout), ("input_dropout", input_dropout)):
+            if not 0.0 <= p <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {p}")
         self.value_dropout = value_dropout
 
         self.lin = self.lin_src = self.lin_dst = None
@@ -200,6 +213,11 @@ class GATConv(MessagePassing):
             self.lin_dst = Linear(in_channels[1], heads * out_channels, False, weight_initializer="glorot")
         self.att_src = Parameter(torch.empty(1, heads, out_channels))
         self.att_dst = Parameter(torch.empty(1, heads, out_channels))
+        if attention_bias:
+            self.att_src_bias, self.att_dst_bias = Parameter(torch.empty(heads)), Parameter(torch.empty(heads))
+        else:
+            self.register_parameter("att_src_bias", None)
+            self.register_parameter("att_dst_bias", None)
         if edge_dim is not None:
             self.lin_edge = Linear(edge_dim, heads * out_channels, bias=False, weight_initializer="glorot")
             self.att_edge = Parameter(torch.empty(1, heads, out_channels))
@@ -223,6 +241,7 @@ class GATConv(MessagePassing):
         # A module (not F.dropout) so that common.attention.mc_sampling(dropout=True) sees it.
         self.attention_dropout = Dropout(dropout)
         self.value_dropout_layer = Dropout(value_dropout)
+        self.input_dropout = SparseDropout(input_dropout)
         self._graph_cache = None  # see _prepare_graph
         self.reset_parameters()
 
@@ -235,10 +254,17 @@ class GATConv(MessagePassing):
         glorot(self.att_dst)
         glorot(self.att_edge)
         zeros(self.bias)
+        zeros(self.att_src_bias)
+        zeros(self.att_dst_bias)
 
     def _project(self, lin: Linear, x: Tensor) -> Tensor:
-        """``lin(x)`` as ``[N, heads, out_channels]``."""
-        return _apply_linear(lin, x).view(-1, self.heads, self.out_channels)
+        """``lin(input_dropout(x))`` as ``[N, heads, out_channels]``, each head with its own mask."""
+        drop = self.input_dropout
+        if not drop.training or drop.p == 0:
+            return _apply_linear(lin, x).view(-1, self.heads, self.out_channels)
+        weights = lin.weight.view(self.heads, self.out_channels, -1)
+        heads = [sparse_linear(drop(x), w) if x.layout == torch.sparse_csr else F.linear(drop(x), w) for w in weights]
+        return torch.stack(heads, dim=1)
 
     def forward(
         self,
@@ -271,6 +297,9 @@ class GATConv(MessagePassing):
         # Node-level halves of e_ij (GAT Eq. 3 splits a^T [Wh_i || Wh_j] into two dot products).
         alpha_src = (x_src * self.att_src).sum(dim=-1)
         alpha_dst = None if x_dst is None else (x_dst * self.att_dst).sum(-1)
+        if self.att_src_bias is not None:
+            alpha_src = alpha_src + self.att_src_bias
+            alpha_dst = None if alpha_dst is None else alpha_dst + self.att_dst_bias
 
         num_src = x_src.size(0)
         num_dst = size[1] if size is not None else (x_dst if x_dst is not None else x_src).size(0)
@@ -374,5 +403,7 @@ class GATConv(MessagePassing):
     def __repr__(self) -> str:
         return (f"{self.__class__.__name__}({self.in_channels}, {self.out_channels}, "
                 f"heads={self.heads}, attention={self.attention!r}"
-                + (f", value_dropout={self.value_dropout}" if self.value_dropout else "") + ")")
+                + (f", value_dropout={self.value_dropout}" if self.value_dropout else "")
+                + (f", input_dropout={self.input_dropout.p}" if self.input_dropout.p else "")
+                + (", attention_bias=True" if self.att_src_bias is not None else "") + ")")
 

@@ -3,11 +3,18 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
+import torch
+
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.typing import Adj
 
+from common.attention import AuxLosses
+
 from .conv import GATConv
+
+#: How :meth:`GAT.kl` combines the layers' KL terms.
+KL_REDUCTIONS = ("layer_sum", "head_mean")
 from .dropout import Dropout, SparseDropout
 
 
@@ -20,6 +27,10 @@ class GAT(nn.Module):
     original GAT code does (see :class:`graphattn.GATConv`; 0 = PyG's layers).
     ``attention``/``attention_options`` choose the normalizer of both layers (see
     :class:`graphattn.GATConv`). ``x`` may be dense or a sparse CSR matrix.
+
+    ``per_head_input_dropout`` draws the input dropout of each layer independently for every
+    head, and ``attention_bias`` adds the per-head biases inside the LeakyReLU, as the original
+    TF code does (see :class:`graphattn.GATConv`; both off by default).
     """
 
     def __init__(
@@ -34,18 +45,36 @@ class GAT(nn.Module):
         value_dropout: float = 0.0,
         attention: str = "softmax",
         attention_options: Optional[Mapping[str, Any]] = None,
+        per_head_input_dropout: bool = False,
+        attention_bias: bool = False,
     ):
         super().__init__()
         options = dict(attention_options or {})
-        self.input_dropout = SparseDropout(dropout)
-        self.conv1 = GATConv(in_channels, hidden_channels, heads=heads, concat=True, dropout=dropout,
-                             negative_slope=negative_slope, value_dropout=value_dropout,
-                             attention=attention, **options)
-        self.hidden_dropout = Dropout(dropout)
-        self.conv2 = GATConv(hidden_channels * heads, out_channels, heads=out_heads, concat=False,
-                             dropout=dropout, negative_slope=negative_slope, value_dropout=value_dropout,
-                             attention=attention, **options)
+        shared, per_head = (0.0, dropout) if per_head_input_dropout else (dropout, 0.0)
+        layer = dict(dropout=dropout, negative_slope=negative_slope, value_dropout=value_dropout,
+                     input_dropout=per_head, attention_bias=attention_bias, attention=attention, **options)
+        self.input_dropout = SparseDropout(shared)
+        self.conv1 = GATConv(in_channels, hidden_channels, heads=heads, concat=True, **layer)
+        self.hidden_dropout = Dropout(shared)
+        self.conv2 = GATConv(hidden_channels * heads, out_channels, heads=out_heads, concat=False, **layer)
 
     def forward(self, x: Tensor, edge_index: Adj) -> Tensor:
         x = F.elu(self.conv1(self.input_dropout(x), edge_index))
         return self.conv2(self.hidden_dropout(x), edge_index)
+
+    def kl(self, aux: AuxLosses, reduction: str = "layer_sum") -> Tensor:
+        """The BAM KL collected in ``aux`` during a forward pass. Each layer adds the mean of its
+        per-edge KL over edges and heads; ``"layer_sum"`` (ours) sums the two layers,
+        ``"head_mean"`` averages over all heads of both layers (the official code's
+        ``add_n(kl_list) / len(kl_list)``: 9 heads on Cora, so layer 1 weighs 8/9)."""
+        terms = [value for name, value in aux.terms if name == "bam_kl"]
+        if reduction not in KL_REDUCTIONS:
+            raise ValueError(f"kl.reduction must be one of {KL_REDUCTIONS}, got {reduction!r}")
+        if not terms:
+            return torch.zeros(())
+        if reduction == "layer_sum":
+            return sum(terms)
+        heads = [self.conv1.heads, self.conv2.heads]
+        if len(terms) != len(heads):
+            raise ValueError(f"expected one KL term per layer ({len(heads)}), got {len(terms)}")
+        return sum(h * t for h, t in zip(heads, terms)) / sum(heads)

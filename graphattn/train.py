@@ -13,7 +13,7 @@ Each seed writes ``<out_dir>/seed<k>.pt`` (best weights, config, metrics; atomic
 through :class:`common.utils.MetricsLogger`, its per-epoch curves to ``<out_dir>/seed<k>/``:
 ``metrics.jsonl`` (one line per epoch: ``step`` = epoch, ``train/loss`` = CE + weighted KL,
 ``train/ce``, ``train/acc`` (training mode, with dropout and BAM sampling), ``train/kl`` (the
-unweighted KL sum over layers), ``train/kl_weight``, ``val/loss``, ``val/acc``) and TensorBoard
+unweighted KL, combined over layers as ``kl.reduction`` says), ``train/kl_weight``, ``val/loss``, ``val/acc``) and TensorBoard
 events (``tensorboard --logdir <out_dir>``). A rerun with the same config reuses the seeds
 already done, so an interrupted grid resumes; the curves of an unfinished seed are restarted.
 ``<out_dir>/results.json`` holds per-seed and mean +- std (sample std, ddof=1) test accuracy,
@@ -112,7 +112,8 @@ def train_seed(cfg: DictConfig, data: Data, seed: int, progress: bool = True,
         with runtime.autocast(), attention.aux_losses() if collect_kl else nullcontext() as aux:
             # without a collector the BAM layers skip the KL entirely
             logits = forward(x, edge_index)
-        kl_weight, kl = (schedule(epoch), aux.total()) if collect_kl else (0.0, torch.zeros((), device=x.device))
+        kl_weight, kl = (schedule(epoch), model.kl(aux, cfg.kl.reduction)) if collect_kl \
+            else (0.0, torch.zeros((), device=x.device))
         train_logits = logits[data.train_mask].float()
         ce = F.cross_entropy(train_logits, y[data.train_mask])
         loss = ce + kl_weight * kl
@@ -209,6 +210,10 @@ def _comparable(config: Dict) -> Dict:
     kept = {k: v for k, v in config.items() if k not in ("data_root", "out_dir", "seeds", "first_seed", "device")}
     kept["train"] = {k: v for k, v in kept["train"].items() if k not in ("num_threads", "compile")}
     kept["train"].setdefault("precision", "fp32")  # seeds trained before the key existed ran in fp32
+    # seeds trained before these keys existed ran without them
+    kept.setdefault("preset", None)
+    kept["model"] = {"per_head_input_dropout": False, "attention_bias": False, **kept["model"]}
+    kept["kl"] = {"reduction": "layer_sum", **kept["kl"]}
     return kept
 
 

@@ -7,8 +7,12 @@
 Each variant is one ``python -m mt.train`` run (resumable: rerun the command after an
 interruption) with the same preset, seed and batches, stopped after ``--steps`` updates.
 The script then writes ``<out>/<group>/comparison.json`` (validation perplexity and greedy
-BLEU of every run at the last update they all reached, and each run's test BLEU and training
-time) and ``comparison.png`` (the runs' learning curves overlaid).
+BLEU of every run at the last update they all reached, each run's test BLEU and training time,
+and for every variant its paired-bootstrap difference in test BLEU to the group's first variant
+over the test sentences, 1000 resamples, 95% interval: :func:`common.metrics.paired_bootstrap`)
+and ``comparison.png`` (the runs' learning curves overlaid). Each variant is one run (one
+seed): the bootstrap measures the test-set sampling noise of that pair of models, not the
+seed-to-seed variation of training.
 """
 from __future__ import annotations
 
@@ -18,8 +22,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from common.utils import atomic_write_json, read_metrics
+from common.metrics import bleu_item_stats, paired_bootstrap
+from common.utils import atomic_write_json, default_data_root, read_metrics
+from mt.bpe import remove_bpe
 from mt.plots import plot_runs
+from mt.run import RunFiles
+from mt.text import read_lines
 
 GROUPS = {
     "lstm": ("lstm-cpu", {
@@ -46,6 +54,28 @@ def at_step(records: list, step: int) -> dict:
     best = min(found, key=lambda r: (abs(r["step"] - step), r["step"]))
     return {"step": best["step"], "epoch": best.get("epoch"), "val_ppl": best["val/ppl"],
             "val_bleu_greedy": best["val/bleu"]}
+
+
+def paired_test_bleu(out: Path, names, data_root=None) -> dict:
+    """``{split: {variant: bootstrap difference of tokenised test BLEU to names[0]}}`` from the
+    hypotheses each finished run wrote (``<split>.hyp.txt``) and the split's references."""
+    baseline = out / names[0]
+    if not (baseline / "results.json").is_file():
+        return {}
+    files = RunFiles(baseline)
+    prepared = files.prepared(default_data_root(data_root))
+    found: dict = {}
+    for split in files.config()["data"]["test_splits"]:
+        hyps = {n: [remove_bpe(h) for h in read_lines(out / n / f"{split}.hyp.txt")]
+                for n in names if (out / n / f"{split}.hyp.txt").is_file()}
+        if names[0] not in hyps:
+            continue
+        refs = prepared.lines(split, "tok", "tgt")[: len(hyps[names[0]])]
+        base, score = bleu_item_stats(hyps[names[0]], refs, tokenize="none", force=True)
+        found[split] = {n: paired_bootstrap(base, bleu_item_stats(h, refs, tokenize="none", force=True)[0],
+                                            score).as_dict()
+                        for n, h in hyps.items() if n != names[0]}
+    return found
 
 
 def main(argv=None) -> int:
@@ -82,13 +112,20 @@ def main(argv=None) -> int:
                     "test": {s: {"bleu": v["bleu"], "sacrebleu": v["sacrebleu"]}
                              for s, v in finished.get(name, {}).get("splits", {}).items()}}
              for name in runs}
+    names = [n for n in variants if n in runs]
+    bootstrap = paired_test_bleu(out, names)
     atomic_write_json(out / "comparison.json", {"preset": preset, "compared_at_update": last, "runs": table,
+                                                "test_bleu_vs_" + names[0]: bootstrap, "seeds_per_variant": 1,
                                                 "overrides": {n: variants[n] for n in runs}, "common": common})
     plot_runs(runs, out / "comparison.png", title=f"{args.group} variants on Multi30k ({preset})")
     for name, row in table.items():
         print(f"{name:12s} update {row.get('step')}: val ppl {row.get('val_ppl', float('nan')):.2f} "
               f"greedy BLEU {row.get('val_bleu_greedy', float('nan')):.2f} | test {row['test']} | "
               f"{row['train_seconds'] or 0:.0f}s")
+    for split, per_variant in bootstrap.items():
+        for name, d in per_variant.items():
+            print(f"{split}: {name} - {names[0]} test BLEU {d['delta']:+.2f} [{d['low']:+.2f}, {d['high']:+.2f}] "
+                  f"(paired bootstrap over sentences, one seed each)")
     return 0
 
 

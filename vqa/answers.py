@@ -1,8 +1,12 @@
 """VQA answers: the official normalisation, the 3,129-answer vocabulary and MCAN's soft scores.
 
 The tables and rules below are copied from the official VQA evaluation
-(``GT-Vision-Lab/VQA``, ``PythonEvaluationTools/vqaEvaluation/vqaEval.py``, current master),
-including its quirks, so that accuracies computed here equal the official ones:
+(``GT-Vision-Lab/VQA``, ``PythonEvaluationTools/vqaEvaluation/vqaEval.py``; the same in the
+pre-2021 code and in current master, commit a013f00), including its quirks, so that accuracies
+computed here equal the official ones. *When* each step applies differs between the two versions:
+see :mod:`vqa.evaluation`.
+
+* ``clean_answer``: newlines and tabs to spaces, surrounding whitespace stripped.
 
 * ``process_punctuation``: each mark in :data:`PUNCT` is deleted when it touches a space, or
   when the text holds a comma between digits anywhere (``"1,000"``); otherwise it becomes a
@@ -87,11 +91,15 @@ def process_digit_article(text: str) -> str:
     return " ".join(CONTRACTIONS.get(w, w) for w in words if w not in ARTICLES)
 
 
+def clean_answer(answer: str) -> str:
+    """Newlines and tabs to spaces, surrounding whitespace stripped (the official first step)."""
+    return answer.replace("\n", " ").replace("\t", " ").strip()
+
+
 def normalize_answer(answer: str) -> str:
-    """A predicted answer as the official evaluation compares it: newlines/tabs to spaces,
-    stripped, then :func:`process_punctuation` and :func:`process_digit_article`."""
-    answer = answer.replace("\n", " ").replace("\t", " ").strip()
-    return process_digit_article(process_punctuation(answer))
+    """An answer with every official step: :func:`clean_answer`, :func:`process_punctuation`,
+    :func:`process_digit_article`."""
+    return process_digit_article(process_punctuation(clean_answer(answer)))
 
 
 def prep_answer(answer: str) -> str:

@@ -3,8 +3,9 @@ uncertainty (PAvPU, ECE, reliability plot).
 
     python -m vqa.evaluate runs/vqa/mcan/bam-wc --noise-std 1.0 --mc-samples 20
 
-* Clean: the model in eval mode (BAM: the posterior mean, i.e. softmax); official accuracy,
-  overall / per answer type / per question type, and the predictions in the official results
+* Clean: the model in eval mode (BAM: the posterior mean, i.e. softmax); official accuracy
+  (``--rules``: today's evaluator or the pre-2021 one, :mod:`vqa.evaluation`), overall / per
+  answer type / per question type, and the predictions in the official results
   format (``<split>_results.json``; for a test split, the file to submit).
 * ``--noise-std s``: the same with ``N(0, s^2)`` added to every real region feature (BAM Table 2
   "noisy"; the noise is seeded, identical for every model).
@@ -40,7 +41,7 @@ from common.utils.runtime import DeviceError, Runtime
 
 from .answers import AnswerVocab, prep_answer
 from .data import QuestionEncoder, VQADataError, VQADataset
-from .evaluation import vqa_accuracy, write_submission
+from .evaluation import RULES, vqa_accuracy, write_submission
 from .answers import answers_of
 from .data import load_split
 from .train import add_feature_noise, build_model, predict_logits
@@ -106,9 +107,11 @@ def confidence_view(confidence: torch.Tensor, correct: torch.Tensor):
 def evaluate_run(run_dir: Path, split: Optional[str] = None, data_root: Optional[str] = None,
                  noise_std: Sequence[float] = (), mc_samples: int = 0, mc_dropout: bool = True,
                  p_threshold: float = 0.05, seed: int = 0, batch_size: Optional[int] = None,
-                 out: Optional[Path] = None, progress: bool = True, runtime: Optional[Runtime] = None) -> Dict:
+                 out: Optional[Path] = None, progress: bool = True, runtime: Optional[Runtime] = None,
+                 rules: str = "official") -> Dict:
     """Evaluate the latest checkpoint of ``run_dir`` (see the module docstring) on ``runtime``'s
-    device (default: the CPU); returns the report."""
+    device (default: the CPU), scoring with the official evaluator's ``rules``
+    (:mod:`vqa.evaluation`); returns the report."""
     runtime = runtime or Runtime(torch.device("cpu"))
     cfg, vocab, answers, model, epoch = load_run(run_dir, data_root)
     split = split or cfg.data.eval_split
@@ -120,7 +123,7 @@ def evaluate_run(run_dir: Path, split: Optional[str] = None, data_root: Optional
     out = out or run_dir / f"eval_{split}.json"
     model.to(runtime.device)
     report: Dict = {"run": str(run_dir), "split": split, "epoch": epoch, "attention": cfg.attention.name,
-                    "conditions": {}}
+                    "rules": rules, "conditions": {}}
     by_question = {a["question_id"]: a for a in annotations} if annotations is not None else None
     for std in [0.0, *noise_std]:
         name = "clean" if std == 0 else f"noise_{std:g}"
@@ -131,7 +134,7 @@ def evaluate_run(run_dir: Path, split: Optional[str] = None, data_root: Optional
                            "results_file": str(write_submission(out.parent / f"{split}_{name}_results.json",
                                                                 predictions))}
         if annotations is not None:
-            condition["accuracy"] = vqa_accuracy(annotations, predictions).summary()
+            condition["accuracy"] = vqa_accuracy(annotations, predictions, rules=rules).summary()
         if mc_samples and annotations is not None:
             seed_everything(seed)
             mc = mc_uncertainty(model, loader, answers, by_question, mc_samples, mc_dropout, std, seed, p_threshold,
@@ -141,7 +144,7 @@ def evaluate_run(run_dir: Path, split: Optional[str] = None, data_root: Optional
                                     title=f"MCAN {cfg.attention.name}, {split} {name}")
             condition["mc"] = {
                 "samples": mc_samples, "dropout": mc_dropout, "p_threshold": p_threshold,
-                "accuracy": vqa_accuracy(annotations, mc["predictions"]).summary(),
+                "accuracy": vqa_accuracy(annotations, mc["predictions"], rules=rules).summary(),
                 "pavpu": 100 * mc["pavpu"], "uncertain_fraction": mc["uncertain_fraction"],
                 "label_accuracy": 100 * mc["label_accuracy"], "ece": 100 * bins.ece,
                 "reliability_plot": str(out.parent / f"reliability_{split}_{name}.png"),
@@ -167,6 +170,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--p-threshold", type=float, default=0.05, help="PAvPU t-test: uncertain if p > this")
     parser.add_argument("--seed", type=int, default=0, help="seed of the noise and the Monte Carlo sampling")
     parser.add_argument("--batch-size", type=int, help="default: the run's train.eval_batch_size")
+    parser.add_argument("--rules", choices=RULES, default="official",
+                        help="VQA evaluator: official (current GT-Vision-Lab/VQA master, default) or legacy-2016 "
+                             "(the pre-2021 code that scored MCAN and BAM); python -m vqa.score rescores a results file")
     add_runtime_options(parser)
     parser.add_argument("--out", type=Path, help="report JSON (default <run>/eval_<split>.json)")
     parser.add_argument("--no-progress", action="store_true")
@@ -174,7 +180,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         report = evaluate_run(args.run, args.split, args.data_root, args.noise_std, args.mc_samples,
                               not args.no_mc_dropout, args.p_threshold, args.seed, args.batch_size, args.out,
-                              not args.no_progress, runtime_from(args))
+                              not args.no_progress, runtime_from(args), args.rules)
     except (FileNotFoundError, VQADataError, DeviceError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -8,7 +8,8 @@ Unnormalised weights ``S`` are drawn from a Weibull or Lognormal posterior whose
 * Lognormal(mu, sigma^2), ``mu = log p - sigma^2/2``: ``W = softmax(logits + sigma * eps)``
 
 The prior is fixed (Gamma(alpha, beta) / Lognormal(mu_p, sigma_p^2)) or key-contextual
-(Sec. 3.3): ``pi = softmax_j(F2(relu(F1(k_j))))`` over the keys of each query, then
+(Sec. 3.3): ``pi = softmax_j(F2(relu(F1(k_j))))`` over the keys of each query (or over every
+key, unmasked, with ``prior_scope="all"`` as in the official GAT code), then
 ``alpha = beta * pi`` (Gamma) or ``mu_p = log pi - sigma_p^2/2`` (Lognormal, so that the
 prior mean is ``pi`` just as the posterior mean is ``p``; the official code omits the
 ``-sigma_p^2/2``, which only matters when ``sigma_p != sigma_q``).
@@ -34,27 +35,53 @@ from .kernels import use_triton
 
 POSTERIORS = ("weibull", "lognormal")
 PRIORS = ("fixed", "contextual")
+PRIOR_SCOPES = ("neighbors", "all")
+
+
+class HeadLinear(nn.Module):
+    """One ``Linear(in, out)`` per head, applied to ``x [..., heads, in]`` -> ``[..., heads, out]``."""
+
+    def __init__(self, heads: int, in_features: int, out_features: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(heads, in_features, out_features))
+        self.bias = nn.Parameter(torch.zeros(heads, out_features))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return torch.einsum("...hi,hio->...ho", x, self.weight) + self.bias
 
 
 class ContextualPrior(nn.Module):
-    """``F2(act(F1(k)))``: one prior logit per key, shared by all heads (BAM Sec. 3.3)."""
+    """``F2(act(F1(k)))``: one prior logit per key (BAM Sec. 3.3), by one network shared by all
+    heads (default) or, with ``heads``, one network per head (the official GAT code, whose every
+    attention head is built separately)."""
 
-    def __init__(self, key_dim: int, d_mid: int = 10, activation: str = "relu"):
+    def __init__(self, key_dim: int, d_mid: int = 10, activation: str = "relu", heads: Optional[int] = None):
         super().__init__()
         activations = {"relu": nn.ReLU(), "leaky_relu": nn.LeakyReLU(0.1), "tanh": nn.Tanh()}
         if activation not in activations:
             raise ValueError(f"prior activation must be one of {sorted(activations)}, got {activation!r}")
-        self.hidden = nn.Linear(key_dim, d_mid)
+        self.heads = heads
+        if heads is None:
+            self.hidden, self.out = nn.Linear(key_dim, d_mid), nn.Linear(d_mid, 1)
+        else:
+            self.hidden, self.out = HeadLinear(heads, key_dim, d_mid), HeadLinear(heads, d_mid, 1)
         self.activation = activations[activation]
-        self.out = nn.Linear(d_mid, 1)
         # The official code's initialisation: N(0, 1/key_dim) and N(0, 1/d_mid), zero bias.
         nn.init.normal_(self.hidden.weight, std=math.sqrt(1 / key_dim))
         nn.init.normal_(self.out.weight, std=math.sqrt(1 / d_mid))
         nn.init.zeros_(self.hidden.bias)
         nn.init.zeros_(self.out.bias)
 
-    def forward(self, keys: Tensor) -> Tensor:
-        return self.out(self.activation(self.hidden(keys))).squeeze(-1)
+    def forward(self, keys: Tensor, head_axis: int = -2) -> Tensor:
+        """Logits ``keys.shape[:-1]``; per-head networks read the heads on ``head_axis`` (< -1)."""
+        if self.heads is None:
+            return self.out(self.activation(self.hidden(keys))).squeeze(-1)
+        if keys.dim() < -head_axis or keys.shape[head_axis] != self.heads:
+            raise ValueError(f"per-head prior networks need keys with {self.heads} heads on dim {head_axis}, "
+                             f"got shape {tuple(keys.shape)}")
+        x = keys.movedim(head_axis, -2)
+        out = self.out(self.activation(self.hidden(x))).squeeze(-1)  # [..., heads]
+        return out.movedim(-1, head_axis + 1)
 
 
 class BAM(Normalizer):
@@ -72,6 +99,14 @@ class BAM(Normalizer):
         d_mid: hidden size of the contextual prior network.
         key_dim: size of each key vector (contextual prior).
         prior_activation: ``relu`` (default), ``leaky_relu`` or ``tanh``.
+        prior_scope: keys the contextual prior is normalised over: ``"neighbors"`` (default), those
+            each query may attend (a graph node's neighbourhood, the unmasked keys), so that the
+            prior mean ``pi`` lives on the same simplex as the posterior mean ``p`` (the paper's
+            Eq. 4 compares the two attentions; the official ALBERT code masks it so); ``"all"``,
+            every key with no mask, as the official GAT code does (over all N nodes, which
+            makes ``pi`` on a neighbourhood about degree/N and weakens the KL's pull).
+        prior_per_head: one contextual prior network per head (needs ``num_heads``; the official
+            GAT code) instead of one shared by all heads.
     """
 
     stochastic = True
@@ -91,18 +126,23 @@ class BAM(Normalizer):
         key_dim: Optional[int] = None,
         num_heads: Optional[int] = None,
         prior_activation: str = "relu",
+        prior_scope: str = "neighbors",
+        prior_per_head: bool = False,
     ):
         super().__init__()
         if posterior not in POSTERIORS:
             raise ValueError(f"posterior must be one of {POSTERIORS}, got {posterior!r}")
         if prior not in PRIORS:
             raise ValueError(f"prior must be one of {PRIORS}, got {prior!r}")
+        if prior_scope not in PRIOR_SCOPES:
+            raise ValueError(f"prior_scope must be one of {PRIOR_SCOPES}, got {prior_scope!r}")
         if k <= 0 or sigma <= 0 or beta <= 0 or prior_alpha <= 0:
             raise ValueError("k, sigma, beta and prior_alpha must be positive")
         self.posterior, self.prior_type = posterior, prior
         self.k, self.sigma, self.beta = float(k), float(sigma), float(beta)
         self.prior_sigma = float(sigma if prior_sigma is None else prior_sigma)
         self.prior_alpha, self.prior_mu = float(prior_alpha), float(prior_mu)
+        self.prior_scope = prior_scope
         self.prior_net: Optional[ContextualPrior] = None
         if prior == "contextual":
             if key_dim is None:
@@ -110,17 +150,21 @@ class BAM(Normalizer):
                     "a contextual prior needs key_dim=<size of each key vector> "
                     "(e.g. build('bam-wc', key_dim=64)) and keys=... at call time"
                 )
-            self.prior_net = ContextualPrior(key_dim, d_mid, prior_activation)
+            if prior_per_head and num_heads is None:
+                raise ValueError("prior_per_head needs num_heads=<number of attention heads>")
+            self.prior_net = ContextualPrior(key_dim, d_mid, prior_activation, num_heads if prior_per_head else None)
 
     def extra_repr(self) -> str:
         spread = f"k={self.k}" if self.posterior == "weibull" else f"sigma={self.sigma}"
-        return f"posterior={self.posterior}, prior={self.prior_type}, {spread}"
+        scope = f", prior_scope={self.prior_scope}" if self.prior_scope != "neighbors" else ""
+        return f"posterior={self.posterior}, prior={self.prior_type}, {spread}{scope}"
 
     # ------------------------------------------------------------------ forward ----
     def normalize(self, scores: Tensor, groups, keys=None, key_index=None, noise: Optional[Tensor] = None) -> Tensor:
         """``noise``: the standard log-noise to use instead of a fresh draw (``log(-log u)`` or
         ``eps``, shaped like ``scores``), e.g. to compare with the fused kernels."""
-        if isinstance(groups, EdgeGroups) and groups.ptr is not None and use_triton(scores):
+        if isinstance(groups, EdgeGroups) and groups.ptr is not None and self.prior_scope == "neighbors" \
+                and use_triton(scores):  # the fused kernel normalises the prior over each segment
             from .kernels.edge_bam import bam_normalize
             return bam_normalize(self, scores, groups, keys, key_index, noise)
         if self.sampling:
@@ -145,7 +189,8 @@ class BAM(Normalizer):
 
     # ------------------------------------------------------------------ prior ------
     def _prior_logits(self, scores: Tensor, groups, keys, key_index) -> Tensor:
-        """The contextual prior's logits ``F2(act(F1(k_j)))``, laid out like ``scores``.
+        """The contextual prior's logits ``F2(act(F1(k_j)))``, laid out like ``scores``; with
+        ``prior_scope="all"`` already normalised: ``log pi`` over every key, no mask.
 
         Dense with a mask that is the same for every query (or none), the prior is the same
         for every query too: it stays ``[..., 1, keys]`` and broadcasts, so its softmax,
@@ -153,13 +198,17 @@ class BAM(Normalizer):
         """
         if keys is None:
             raise ValueError(f"{self.extra_repr()}: a contextual prior needs keys=... in the call")
-        logits = self.prior_net(keys)
-        if key_index is not None:  # per-node keys, gathered to edges
-            return logits.index_select(0, key_index)
+        every_key = self.prior_scope == "all"
+        if key_index is not None:  # per-node keys [nodes, heads, dim], gathered to edges
+            logits = self.prior_net(keys, head_axis=-2)
+            return (logits.log_softmax(0) if every_key else logits).index_select(0, key_index)
+        logits = self.prior_net(keys, head_axis=-3)  # dense keys [..., heads, keys, dim]
+        if every_key:
+            logits = logits.log_softmax(-1)
         if scores.dim() == logits.dim() + 1:  # dense [..., keys] -> [..., 1, keys]
             logits = logits.unsqueeze(-2)
         mask = getattr(groups, "mask", None)
-        if mask is not None and mask.shape[-2] != 1:
+        if mask is not None and mask.shape[-2] != 1 and not every_key:
             return logits.expand_as(scores)  # per-query masks (e.g. causal): one prior per query
         return logits
 
@@ -177,18 +226,20 @@ class BAM(Normalizer):
         if self.prior_net is None:
             raise ValueError("prior_weights needs a contextual prior (bam-wc or bam-lc)")
         groups = make_groups(scores, mask, index, num_nodes)
-        return groups.softmax(self._prior_logits(scores, groups, keys, key_index)).expand_as(scores)
+        logits = self._prior_logits(scores, groups, keys, key_index)
+        return (logits.exp() if self.prior_scope == "all" else groups.softmax(logits)).expand_as(scores)
 
     # ------------------------------------------------------------------ KL ---------
     def _kl(self, scores: Tensor, groups, keys, key_index) -> Tensor:
         prior_logits = None if self.prior_net is None else self._prior_logits(scores, groups, keys, key_index)
-        return _MeanKL.apply(scores, prior_logits, self.kl_kernel, groups)
+        return _MeanKL.apply(scores, prior_logits, self.kl_kernel, groups, self.prior_scope == "all")
 
     @property
     def kl_kernel(self) -> "WeibullGammaKL | LognormalKL":
         contextual = self.prior_net is not None
         if self.posterior == "weibull":
-            return WeibullGammaKL(self.k, self.beta, self.prior_alpha, contextual)
+            return WeibullGammaKL(self.k, self.beta, self.prior_alpha, contextual,
+                                  prior_sums_to_one=self.prior_scope == "neighbors")
         return LognormalKL(self.sigma, self.prior_sigma, self.prior_mu, contextual)
 
 
@@ -200,10 +251,10 @@ class WeibullGammaKL:
     Contextual prior: ``alpha = beta * pi``; fixed prior: ``alpha`` is a constant.
     """
 
-    def __init__(self, k: float, beta: float, prior_alpha: float, contextual: bool):
+    def __init__(self, k: float, beta: float, prior_alpha: float, contextual: bool, prior_sums_to_one: bool = True):
         # d value / d log p = beta p - alpha sums to beta - beta = 0 over each group when
-        # alpha = beta pi (pi sums to one), so the log-softmax backward is the identity.
-        self.centred_score_grad = contextual
+        # alpha = beta pi (pi sums to one over the group), so the log-softmax backward is the identity.
+        self.centred_score_grad = contextual and prior_sums_to_one
         self.log_beta = math.log(beta)
         self.c = EULER_GAMMA / k + math.lgamma(1 + 1 / k) - self.log_beta
         self.alpha = None if contextual else prior_alpha
@@ -275,18 +326,20 @@ class _MeanKL(torch.autograd.Function):
     ``pi = softmax(prior_logits)``, with a hand-written backward through both softmaxes.
 
     ``prior_logits`` may be smaller than ``scores`` and broadcast against them (one prior
-    per key for all queries). Masked entries (``log p = -inf``) give inf or NaN inside the
+    per key for all queries); with ``prior_normalized`` they are ``log pi`` already (a prior
+    normalised over other keys than the group's, ``prior_scope="all"``). Masked entries (``log p = -inf``) give inf or NaN inside the
     closed forms; :meth:`groups.mean` and ``zero_masked`` select them away, so the value is
     finite and their gradient exactly zero. Fully masked rows contribute nothing.
     """
 
     @staticmethod
-    def forward(ctx, scores: Tensor, prior_logits: Optional[Tensor], kernel, groups) -> Tensor:
+    def forward(ctx, scores: Tensor, prior_logits: Optional[Tensor], kernel, groups,
+                prior_normalized: bool = False) -> Tensor:
         logp = groups.log_softmax(scores)
-        log_pi = None if prior_logits is None else groups.log_softmax(prior_logits)
+        log_pi = prior_logits if prior_logits is None or prior_normalized else groups.log_softmax(prior_logits)
         value, saved = kernel.value(logp, log_pi)
         ctx.save_for_backward(logp, log_pi, *saved)
-        ctx.kernel, ctx.groups = kernel, groups
+        ctx.kernel, ctx.groups, ctx.prior_normalized = kernel, groups, prior_normalized
         return groups.mean(value) + kernel.const
 
     @staticmethod
@@ -299,9 +352,11 @@ class _MeanKL(torch.autograd.Function):
         if not ctx.kernel.centred_score_grad:
             d_scores = _log_softmax_backward(d_scores, logp, groups)
         if d_log_pi is None:
-            return d_scores, None, None, None
+            return d_scores, None, None, None, None
         d_log_pi = groups.zero_masked(d_log_pi).sum_to_size(log_pi.shape) * scale
-        return d_scores, _log_softmax_backward(d_log_pi, log_pi, groups), None, None
+        if not ctx.prior_normalized:
+            d_log_pi = _log_softmax_backward(d_log_pi, log_pi, groups)
+        return d_scores, d_log_pi, None, None, None
 
 
 def _log_softmax_backward(grad: Tensor, log_weights: Tensor, groups) -> Tensor:

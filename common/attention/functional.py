@@ -94,20 +94,21 @@ def kl_lognormal(mu_q: Tensor, sigma_q, mu_p, sigma_p) -> Tensor:
     )
 
 
-def weibull_log_noise(like: Tensor, k: float) -> Tensor:
+def weibull_log_noise(like: Tensor, k: float, generator: Optional[torch.Generator] = None) -> Tensor:
     r"""``(1/k) log(-log(u))``, u ~ U(0,1): the log of a Weibull(k, 1) sample (BAM Sec. 3.2,
     ``S = lambda (-log(1-u))^{1/k}``, with ``1-u`` as uniform as ``u``).
 
     ``u`` is kept inside ``[tiny, 1 - eps]`` so the noise is always finite.
     """
-    u = torch.rand_like(like).clamp_(torch.finfo(like.dtype).tiny, 1 - torch.finfo(like.dtype).eps)
+    u = torch.rand(like.shape, dtype=like.dtype, device=like.device, generator=generator)
+    u.clamp_(torch.finfo(like.dtype).tiny, 1 - torch.finfo(like.dtype).eps)
     noise = u.log_().neg_().log_()
     return noise if k == 1 else noise.div_(k)
 
 
-def lognormal_log_noise(like: Tensor, sigma: float) -> Tensor:
+def lognormal_log_noise(like: Tensor, sigma: float, generator: Optional[torch.Generator] = None) -> Tensor:
     """``sigma * eps``, eps ~ N(0, 1): the log of a Lognormal(0, sigma^2) sample."""
-    noise = torch.randn_like(like)
+    noise = torch.randn(like.shape, dtype=like.dtype, device=like.device, generator=generator)
     return noise if sigma == 1 else noise.mul_(sigma)
 
 

@@ -177,3 +177,16 @@ class Runtime:
         """Wait for the device (for honest timings)."""
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
+
+
+class LSTM(nn.LSTM):
+    """``nn.LSTM`` (same parameters and checkpoints) that runs in float32 under CPU autocast:
+    oneDNN's bfloat16 LSTM needs AVX-512 and fails on other CPUs ("could not create a primitive
+    descriptor for the LSTM forward propagation primitive"). On CUDA autocast applies as usual."""
+
+    def forward(self, input, hx=None):
+        if torch.is_autocast_enabled("cpu") and self.weight_ih_l0.device.type == "cpu":
+            with torch.autocast("cpu", enabled=False):
+                return super().forward(input.float(), hx)
+        return super().forward(input, hx)
+

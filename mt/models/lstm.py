@@ -21,6 +21,7 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from common.attention import AdditiveAttention, add_aux_loss, aux_losses, collecting
+from common.utils.runtime import LSTM
 
 State = Dict[str, Tensor]
 
@@ -37,7 +38,7 @@ class LSTMSeq2Seq(nn.Module):
         self.dec_layers, self.dec_hidden = dec_layers, dec_hidden
         self.src_embed = nn.Embedding(src_vocab, emb_dim, padding_idx=src_pad)
         self.tgt_embed = nn.Embedding(tgt_vocab, emb_dim, padding_idx=tgt_pad)
-        self.encoder = nn.LSTM(emb_dim, enc_hidden, enc_layers, batch_first=True, bidirectional=True,
+        self.encoder = LSTM(emb_dim, enc_hidden, enc_layers, batch_first=True, bidirectional=True,
                                dropout=dropout if enc_layers > 1 else 0.0)
         memory_dim = 2 * enc_hidden
         self.bridge = nn.Linear(2 * memory_dim, 2 * dec_layers * dec_hidden)

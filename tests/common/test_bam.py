@@ -160,6 +160,104 @@ def test_gradcheck_float64(name, per_query_mask):
     assert torch.autograd.gradcheck(run, (scores, keys))
 
 
+# ---------------------------------------------------------------- official-code options ----
+def _graph(num_nodes=7, seed=0):
+    """A random graph with self-loops, as (src, dst) of every edge sorted by target."""
+    g = torch.Generator().manual_seed(seed)
+    adj = torch.rand(num_nodes, num_nodes, generator=g) < 0.35
+    adj |= torch.eye(num_nodes, dtype=torch.bool)
+    dst, src = adj.nonzero(as_tuple=True)  # rows are targets
+    return src, dst
+
+
+def test_per_head_prior_networks_shapes_and_heads_are_independent_shared_networks():
+    torch.manual_seed(0)
+    per_head = attention.ContextualPrior(key_dim=4, d_mid=5, heads=3)
+    shared = attention.ContextualPrior(key_dim=4, d_mid=5)
+    graph_keys, dense_keys = torch.randn(6, 3, 4), torch.randn(2, 3, 7, 4)
+    assert per_head(graph_keys, head_axis=-2).shape == (6, 3)
+    assert per_head(dense_keys, head_axis=-3).shape == (2, 3, 7)
+    for h in range(3):  # head h of the per-head network is a shared network with head h's weights
+        with torch.no_grad():
+            shared.hidden.weight.copy_(per_head.hidden.weight[h].T)
+            shared.hidden.bias.copy_(per_head.hidden.bias[h])
+            shared.out.weight.copy_(per_head.out.weight[h].T)
+            shared.out.bias.copy_(per_head.out.bias[h])
+        assert torch.allclose(per_head(graph_keys, head_axis=-2)[:, h], shared(graph_keys[:, h]), atol=1e-6)
+        assert torch.allclose(per_head(dense_keys, head_axis=-3)[:, h], shared(dense_keys[:, h]), atol=1e-6)
+    with pytest.raises(ValueError, match="3 heads on dim -2"):
+        per_head(torch.randn(6, 2, 4))
+    with pytest.raises(ValueError, match="prior_per_head needs num_heads"):
+        attention.build("bam-wc", key_dim=4, prior_per_head=True)
+    with pytest.raises(ValueError, match="prior_scope must be one of"):
+        attention.build("bam-wc", key_dim=4, prior_scope="graph")
+
+
+@pytest.mark.parametrize("name", ["bam-wc", "bam-lc"])
+def test_all_nodes_prior_sums_to_one_over_all_nodes_not_the_neighbourhood(name):
+    torch.manual_seed(0)
+    src, dst = _graph()
+    keys, scores = torch.randn(7, 2, 4), torch.randn(src.numel(), 2)
+    norm = attention.build(name, key_dim=4, num_heads=2, prior_scope="all", prior_per_head=True)
+    pi = norm.prior_weights(scores, keys=keys, index=dst, num_nodes=7, key_index=src)
+    every_node = torch.softmax(norm.prior_net(keys), dim=0)  # [nodes, heads]
+    assert torch.allclose(every_node.sum(0), torch.ones(2))
+    assert torch.allclose(pi, every_node[src], atol=1e-6)
+    per_target = torch.zeros(7, 2).index_add_(0, dst, pi)
+    assert (per_target < 1 - 1e-3).all()  # a neighbourhood holds only part of the prior mass
+    scoped = attention.build(name, key_dim=4, num_heads=2, prior_per_head=True)
+    scoped.load_state_dict(norm.state_dict())
+    pi_scoped = scoped.prior_weights(scores, keys=keys, index=dst, num_nodes=7, key_index=src)
+    assert torch.allclose(torch.zeros(7, 2).index_add_(0, dst, pi_scoped), torch.ones(7, 2), atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["bam-wc", "bam-lc"])
+def test_all_nodes_prior_equals_neighbourhood_prior_on_a_complete_graph(name):
+    torch.manual_seed(0)
+    n = 5
+    dst, src = torch.ones(n, n, dtype=torch.bool).nonzero(as_tuple=True)
+    keys, scores = torch.randn(n, 2, 4), torch.randn(n * n, 2)
+    norms = [attention.build(name, key_dim=4, num_heads=2, prior_scope=scope, k=3.0, sigma=0.5).train()
+             for scope in ("neighbors", "all")]
+    norms[1].load_state_dict(norms[0].state_dict())
+    kls = []
+    for norm in norms:
+        with attention.aux_losses() as aux:
+            norm(scores, index=dst, num_nodes=n, keys=keys, key_index=src)
+        kls.append(aux.total())
+    assert torch.allclose(kls[0], kls[1], atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["bam-wc", "bam-lc"])
+def test_all_nodes_prior_gradcheck_on_a_graph(name):
+    """The KL's hand-written backward with a prior normalised over all nodes (not the groups)."""
+    torch.manual_seed(0)
+    src, dst = _graph(num_nodes=5)
+    norm = attention.build(name, key_dim=3, num_heads=2, k=3.0, sigma=0.5, beta=1.3, prior_scope="all",
+                           prior_per_head=True).double().train()
+    scores = torch.randn(src.numel(), 2, dtype=torch.float64, requires_grad=True)
+    keys = torch.randn(5, 2, 3, dtype=torch.float64, requires_grad=True)
+
+    def run(s, k):
+        torch.manual_seed(1)
+        with attention.aux_losses() as aux:
+            w = norm(s, index=dst, num_nodes=5, keys=k, key_index=src)
+        return w, aux.total()
+
+    assert torch.autograd.gradcheck(run, (scores, keys))
+
+
+def test_all_keys_prior_ignores_the_mask_in_dense_attention():
+    torch.manual_seed(0)
+    norm = attention.build("bam-wc", key_dim=4, prior_scope="all")
+    scores, keys = torch.randn(2, 3, 5, 6), torch.randn(2, 3, 6, 4)
+    mask = torch.rand(2, 1, 5, 6) > 0.4
+    mask[..., 0] = True
+    pi = norm.prior_weights(scores, mask=mask, keys=keys)
+    assert pi.shape == scores.shape and torch.allclose(pi.sum(-1), torch.ones(2, 3, 5))
+    assert torch.allclose(pi, torch.softmax(norm.prior_net(keys), -1).unsqueeze(-2).expand_as(scores))
+
+
 @pytest.mark.parametrize("dtype,rtol", [(torch.float32, 3e-6), (torch.float64, 1e-9)])
 def test_vectorised_lgamma_and_digamma_match_torch(dtype, rtol):
     from common.attention.functional import digamma_positive, lgamma_positive

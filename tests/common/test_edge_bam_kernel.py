@@ -82,6 +82,12 @@ def test_fused_path_is_taken_only_when_asked(monkeypatch):
         assert len(calls) == expected
     bam(scores, index=index)  # without a CSR pointer: the PyTorch path
     assert len(calls) == 1
+    everywhere = attention.build("bam-wc", key_dim=4, prior_scope="all").train()  # prior over all nodes
+    num_nodes = ptr.numel() - 1
+    with attention.aux_losses():
+        everywhere(scores, index=index, ptr=ptr, num_nodes=num_nodes, keys=torch.randn(num_nodes, HEADS, 4),
+                   key_index=index)
+    assert len(calls) == 1  # the kernel normalises the prior per segment: the PyTorch path
 
 
 @pytest.mark.parametrize("name,variance", [("bam-wf", math.pi**2 / 6), ("bam-lf", 1.0)])

@@ -8,7 +8,7 @@ from torch import nn
 
 from common import attention
 from common.utils import Checkpointer
-from common.utils.runtime import DeviceError, Runtime, resolve_device
+from common.utils.runtime import LSTM, DeviceError, Runtime, resolve_device
 
 from ..runtime_checks import rewrite_as_written_on_cuda
 
@@ -132,3 +132,15 @@ def test_checkpoints_written_on_a_gpu_resume_on_the_cpu(tmp_path):
     assert state["step"] == 0 and torch.equal(fresh.weight, model.weight)
     assert fresh_optimizer.state_dict()["state"][0]["exp_avg"].device.type == "cpu"
     assert fresh_scaler.get_scale() == 32768.0 and torch.equal(torch.rand(3), expected)
+
+
+def test_lstm_runs_in_float32_under_cpu_autocast():
+    torch.manual_seed(0)
+    lstm = LSTM(6, 5, batch_first=True, bidirectional=True)
+    x = torch.randn(3, 4, 6)
+    expected, _ = lstm(x)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, (h, c) = lstm(x)
+    assert out.dtype == h.dtype == torch.float32
+    assert torch.equal(out, expected)
+    assert set(lstm.state_dict()) == set(nn.LSTM(6, 5, bidirectional=True).state_dict())  # checkpoints unchanged

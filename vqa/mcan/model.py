@@ -19,6 +19,7 @@ from typing import List, Optional
 from torch import Tensor, nn
 
 from common.attention import AttendConfig
+from common.utils.runtime import LSTM
 
 from .layers import AttentionFlatten, GuidedAttentionLayer, SelfAttentionLayer
 
@@ -67,7 +68,7 @@ class MCAN(nn.Module):
                 raise ValueError(f"word vectors are {tuple(word_vectors.shape)}, expected "
                                  f"({c.vocab_size}, {c.word_dim}) = (question vocabulary, model.word_dim)")
             self.embedding.weight.data.copy_(word_vectors)
-        self.lstm = nn.LSTM(c.word_dim, c.hidden, num_layers=1, batch_first=True)
+        self.lstm = LSTM(c.word_dim, c.hidden, num_layers=1, batch_first=True)
         self.image_proj = nn.Linear(c.feature_dim, c.hidden)
         attend = AttendConfig(normalizer=c.attention, normalizer_options=dict(c.attention_options), dropout=c.dropout)
         self.encoder = nn.ModuleList(SelfAttentionLayer(c.hidden, c.heads, c.ffn, c.dropout, attend)

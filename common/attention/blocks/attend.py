@@ -8,13 +8,18 @@ Order of operations (each step only when configured):
 3. predictive or evolving attention with the previous layer's logits (``prev_logits``);
 4. the normalizer (any registered name: softmax, BAM, entmax, ...), with the boolean mask
    (True = attend) and, for a causal call, the lower-triangular mask;
-5. adaptive span (soft mask, renormalised), then convoluted attention;
+5. adaptive span (soft mask, renormalised), then convoluted attention; with softmax and no
+   other operator, a span that covers every key is SDPA, and with token distance in
+   self-attention the keys beyond every head's span are skipped, not computed
+   (:mod:`~common.attention.blocks.trimmed`);
 6. dropout on the weights, then ``weights @ v``.
 
 The record :class:`AttentionMaps` holds the logits after step 3 (``maps.logits``: hand
 them to the next layer as ``prev_logits``) and the weights after step 5. With no
 operator on and the softmax normalizer, the call is ``F.scaled_dot_product_attention``
-and no map is materialised unless ``need_maps=True``.
+and no map is materialised unless ``need_maps=True``. With a BAM normalizer and no
+operator, the call goes through :func:`~common.attention.dense_bam.fused_bam`, which does
+not materialise the ``[queries x keys]`` weights either.
 """
 from __future__ import annotations
 
@@ -25,12 +30,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..dense_bam import fused_bam
 from ..registry import build
 from ..maps.conv import CROSS_LAYER
 from ..maps.convoluted import ConvolutedAttention
 from ..maps.position import AbsolutePositionInteraction, RelativePositionInteraction
 from ..maps.span import AdaptiveSpan, position_distance, rank_distance, token_positions
+from ..softmax import Softmax
 from .config import AttendConfig, as_config
+from .trimmed import trimmed_span_attention
 
 
 @dataclass
@@ -132,12 +140,19 @@ class Attend(nn.Module):
         self._check_inputs(q, k, v, mask, causal, prev_logits)
         if self.plain and not need_maps:
             return self._sdpa(q, k, v, mask, causal), AttentionMaps()
+        fused = fused_bam(self, q, k, v, mask, causal, need_maps)
+        if fused is not None:
+            return fused, AttentionMaps()
         Q, K = q.shape[-2], k.shape[-2]
         full_mask = mask
         if causal:
             tri = causal_mask(Q, K, q.device)
             full_mask = tri if mask is None else mask & tri
         scale = self.scale if self.scale is not None else q.shape[-1] ** -0.5
+        if not need_maps and query_positions is None and key_positions is None and self._span_only():
+            out = self._span_fast(q, k, v, mask, causal, full_mask, scale)
+            if out is not None:
+                return out, AttentionMaps()
         scores = torch.matmul(q, k.transpose(-1, -2)) * scale
         if self.absolute is not None:
             scores = scores + self.absolute(Q, K)
@@ -177,6 +192,30 @@ class Attend(nn.Module):
                                             (self.cross_layer is not None and not self.first_layer)):
             raise ValueError("causal attention with map convolutions needs Attend(..., decoder=True) so that "
                              "the convolutions read no later query (otherwise future tokens leak)")
+
+    def _span_only(self) -> bool:
+        """Softmax with adaptive span and no other map operator."""
+        return (self.span is not None and isinstance(self.normalizer, Softmax) and self.cross_layer is None
+                and self.convoluted is None and self.absolute is None and self.relative is None)
+
+    def _span_fast(self, q, k, v, mask, causal, full_mask, scale) -> Optional[Tensor]:
+        """The span's output without the full ``[Q, K]`` maps, or ``None`` (take the full path).
+
+        Token or rank distances are at most ``K - 1``: when every head's span covers that, the mask
+        is 1 and the span only renormalises (by ``1 + 1e-8``): SDPA. Otherwise, with token distance
+        in self-attention, the keys beyond every head's span are skipped (:mod:`.trimmed`).
+        """
+        Q, K = q.shape[-2], k.shape[-2]
+        position = self.config.span.distance == "position"
+        if position and Q != K:
+            return None  # the full path explains what is missing
+        if self.span.covers(K - 1):
+            self.span.penalty()
+            return self._sdpa(q, k, v, mask, causal)
+        if position:
+            return trimmed_span_attention(q, k, v, self.span, self.normalizer, scale, full_mask, self.dropout_p,
+                                          self.training)
+        return None
 
     def _span_distance(self, logits, mask, query_positions, key_positions) -> Tensor:
         if self.config.span.distance == "rank":

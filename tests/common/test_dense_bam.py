@@ -1,0 +1,198 @@
+"""Dense BAM attention by query chunks (common.attention.dense_bam) against the materialised path."""
+import pytest
+import torch
+
+from common import attention
+from common.attention import dense_bam
+from common.attention.bam_stats import supports
+from common.attention.blocks import Attend, MultiHeadAttention
+
+B, H, Q, K, D = 3, 2, 6, 7, 4
+
+
+def _inputs(dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(B, H, n, D, generator=g, dtype=dtype).requires_grad_() for n in (Q, K, K))
+    # batch 1 sees 3 keys, batch 2 none at all (fully masked rows)
+    mask = (torch.arange(K) < torch.tensor([K, 3, 0])[:, None]).view(B, 1, 1, K)
+    noise = torch.randn(B, H, Q, K, generator=g, dtype=dtype)
+    return q, k, v, mask, noise
+
+
+def _materialised(norm, q, k, v, mask, causal, noise):
+    """Today's path: scores, the BAM normalizer (with the given noise), weights @ v."""
+    full = mask
+    if causal:
+        tri = torch.ones(Q, K, dtype=torch.bool).tril()
+        full = tri if mask is None else mask & tri
+    norm._log_noise = lambda scores: noise.to(scores.dtype)
+    try:
+        with attention.aux_losses() as aux:
+            weights = norm(q @ k.transpose(-1, -2) * D**-0.5, mask=full, keys=k)
+            out = weights @ v
+    finally:
+        del norm._log_noise
+    return out, aux.total()
+
+
+def _fused(norm, q, k, v, mask, causal, noise):
+    with attention.aux_losses() as aux:
+        out = dense_bam.dense_bam_attention(norm, q, k, v, mask=mask, causal=causal, noise=noise)
+    return out, aux.total()
+
+
+def _loss_grads(norm, out, kl, inputs):
+    upstream = torch.linspace(-1, 1, out.numel()).view_as(out).to(out.dtype)
+    params = list(norm.parameters())
+    grads = torch.autograd.grad((out * upstream).sum() + (out.float() ** 2).sum() + kl, list(inputs) + params)
+    return grads
+
+
+# Causal masks have a closed-form KL for the fixed-prior Weibull only (bam_stats.supports).
+CASES = [(name, mask, causal) for name in ("bam-wc", "bam-wf", "bam-lc", "bam-lf")
+         for mask, causal in ((False, False), (True, False), (False, True), (True, True))
+         if not causal or name == "bam-wf"]
+
+
+@pytest.mark.parametrize("name,use_mask,causal", CASES)
+@pytest.mark.parametrize("keep_tiles", [True, False])
+def test_fused_equals_materialised_under_the_same_noise(name, use_mask, causal, keep_tiles, monkeypatch):
+    norm = attention.build(name, key_dim=D, k=4.0, sigma=0.5).train()
+    assert supports(norm.kl_kernel, causal)
+    monkeypatch.setattr(dense_bam, "CHUNK_ELEMENTS", B * H * K * 4)  # two chunks: 4 + 2 queries
+    if not keep_tiles:
+        monkeypatch.setattr(dense_bam, "KEEP_BYTES", 0)
+    q, k, v, mask, noise = _inputs()
+    mask = mask if use_mask else None
+    out, kl = _fused(norm, q, k, v, mask, causal, noise)
+    ref_out, ref_kl = _materialised(norm, q, k, v, mask, causal, noise)
+    torch.testing.assert_close(out, ref_out, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(kl, ref_kl, rtol=1e-5, atol=1e-5)
+    for got, want in zip(_loss_grads(norm, out, kl, (q, k, v)), _loss_grads(norm, ref_out, ref_kl, (q, k, v))):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_fully_masked_rows_give_exact_zeros_and_finite_gradients():
+    norm = attention.build("bam-wc", key_dim=D).train()
+    q, k, v, mask, noise = _inputs()
+    out, kl = _fused(norm, q, k, v, mask, False, noise)
+    assert torch.equal(out[2], torch.zeros_like(out[2]))
+    grads = _loss_grads(norm, out, kl, (q, k, v))
+    assert all(torch.isfinite(g).all() for g in grads)
+    assert torch.equal(grads[1][2], torch.zeros_like(grads[1][2]))  # keys nobody sees get no gradient
+
+
+def test_bfloat16_matches_materialised_within_stated_tolerance():
+    """bf16 inputs: the fused path computes in float32 throughout, the materialised one rounds
+    its scores and weights to bf16, so they agree to bf16 resolution (2e-2)."""
+    norm = attention.build("bam-wc", key_dim=D, k=4.0).train()
+    q, k, v, mask, noise = _inputs(torch.bfloat16)
+    out, kl = _fused(norm, q, k, v, mask, False, noise)
+    ref_out, ref_kl = _materialised(norm, q, k, v, mask, False, noise)
+    assert out.dtype == torch.bfloat16 and kl.dtype == torch.float32
+    torch.testing.assert_close(out, ref_out, rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(kl, ref_kl, rtol=2e-2, atol=2e-2)
+    for got, want in zip(_loss_grads(norm, out, kl, (q, k, v)), _loss_grads(norm, ref_out, ref_kl, (q, k, v))):
+        torch.testing.assert_close(got.float(), want.float(), rtol=5e-2, atol=5e-2)
+
+
+def test_drawn_noise_and_dropout_are_replayed_in_the_backward_pass(monkeypatch):
+    """Kept tiles and recomputed tiles (which draw the noise and dropout mask again) agree."""
+    norm = attention.build("bam-wc", key_dim=D, k=2.0).train()
+    q, k, v, mask, _ = _inputs()
+    monkeypatch.setattr(dense_bam, "CHUNK_ELEMENTS", B * H * K * 4)
+    results = []
+    for keep in (1 << 30, 0):
+        monkeypatch.setattr(dense_bam, "KEEP_BYTES", keep)
+        torch.manual_seed(5)
+        with attention.aux_losses() as aux:
+            out = dense_bam.dense_bam_attention(norm, q, k, v, mask=mask, dropout=0.3)
+        results.append((out, *_loss_grads(norm, out, aux.total(), (q, k, v))))
+    softmax_out = torch.softmax((q @ k.transpose(-1, -2) * D**-0.5).masked_fill(~mask, float("-inf")), -1)
+    assert not torch.allclose(results[0][0][:2], (softmax_out @ v)[:2], atol=1e-3)  # noise and dropout act
+    for got, want in zip(*results):
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_drawn_sample_has_the_law_of_the_materialised_sample():
+    """Mean and spread of the output over many draws match the materialised path's."""
+    torch.manual_seed(0)
+    q, k, v, mask, _ = _inputs()
+    norm = attention.build("bam-wf", k=2.0).train()
+    scores = q.detach() @ k.detach().transpose(-1, -2) * D**-0.5
+    with torch.no_grad():
+        fused = torch.stack([dense_bam.dense_bam_attention(norm, q, k, v, mask=mask) for _ in range(2000)])
+        full = torch.stack([norm(scores, mask=mask) @ v for _ in range(2000)])
+    torch.testing.assert_close(fused.mean(0), full.mean(0), atol=0.04, rtol=0)
+    torch.testing.assert_close(fused.std(0), full.std(0), atol=0.04, rtol=0)
+
+
+def test_attend_takes_the_fused_path_only_when_no_map_is_needed(monkeypatch):
+    calls = []
+    original = dense_bam.dense_bam_attention
+    monkeypatch.setattr(dense_bam, "dense_bam_attention", lambda *a, **kw: calls.append(1) or original(*a, **kw))
+    q, k, v, mask, _ = _inputs()
+    attend = Attend(H, D, {"normalizer": "bam-wc"}).train()
+    with attention.aux_losses() as aux:
+        out, maps = attend(q, k, v, mask=mask)
+    assert calls and maps.weights is None and "bam_kl" in aux.by_name()
+    calls.clear()
+    with attention.aux_losses() as aux:
+        out, maps = attend(q, k, v, mask=mask, need_maps=True)
+    assert not calls and maps.weights is not None and "bam_kl" in aux.by_name()
+    per_query = torch.rand(B, 1, Q, K, generator=torch.Generator().manual_seed(0)) > 0.3
+    attend(q, k, v, mask=per_query)
+    assert not calls  # per-query masks keep the materialised path
+    with attention.aux_losses():
+        attend(q, k, v, causal=True)
+    assert not calls  # no closed-form contextual KL under a causal mask
+    span = Attend(H, D, {"normalizer": "bam-wc", "span": {"max_span": 4, "ramp": 2, "distance": "rank"}}).train()
+    span(q, k, v, mask=mask)
+    assert not calls
+
+
+def test_attend_evaluation_is_softmax_and_training_is_seeded():
+    q, k, v, mask, _ = _inputs()
+    attend = Attend(H, D, {"normalizer": "bam-wc"})
+    plain = Attend(H, D)
+    q, k, v, mask = q[:2], k[:2], v[:2], mask[:2]
+    out, _ = attend.eval()(q, k, v, mask=mask)
+    torch.testing.assert_close(out, plain(q, k, v, mask=mask)[0])
+    attend.train()
+    torch.manual_seed(3)
+    first, _ = attend(q, k, v, mask=mask)
+    torch.manual_seed(3)
+    second, _ = attend(q, k, v, mask=mask)
+    assert torch.equal(first, second) and not torch.allclose(first, out)
+
+
+def test_multihead_bam_trains_through_the_fused_path():
+    torch.manual_seed(0)
+    layer = MultiHeadAttention(16, 2, {"normalizer": "bam-lc", "dropout": 0.1}).train()
+    x = torch.randn(2, 5, 16)
+    mask = torch.tensor([[True] * 5, [True] * 2 + [False] * 3]).view(2, 1, 1, 5)
+    with attention.aux_losses() as aux:
+        out, _ = layer(x, mask=mask)
+    (out.square().mean() + aux.total()).backward()
+    assert all(torch.isfinite(p.grad).all() for p in layer.parameters())
+    assert layer.attend.normalizer.prior_net.hidden.weight.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("name", ["bam-wc", "bam-lc"])
+@pytest.mark.parametrize("options", [{"prior_per_head": True}, {"prior_scope": "all"}], ids=["per-head", "all-keys"])
+def test_official_prior_options_give_the_materialised_kl(name, options, monkeypatch):
+    """Per-head prior networks run through the fused KL; a prior normalised over every key,
+    masked ones included, keeps the materialised path (the closed form sums visible keys)."""
+    q, k, v, mask, _ = _inputs()
+    attend = Attend(H, D, {"normalizer": name, "normalizer_options": options}).eval()  # posterior mean
+    results = []
+    for fused in ("1", "0"):
+        monkeypatch.setenv("ATTN_FUSED_BAM", fused)
+        with attention.aux_losses() as aux:
+            out, _ = attend(q[:2], k[:2], v[:2], mask=mask[:2])
+        results.append((out, aux.total(), torch.autograd.grad(aux.total(), list(attend.parameters()))))
+    (out, kl, grads), (ref_out, ref_kl, ref_grads) = results
+    torch.testing.assert_close(out, ref_out, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(kl, ref_kl, rtol=1e-5, atol=1e-6)
+    for got, ref in zip(grads, ref_grads):
+        torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-6)

@@ -1,0 +1,84 @@
+"""The Triton dense BAM kernels (TRITON_INTERPRET=1 without a GPU) against the materialised path
+under the noise the kernels draw (common.attention.kernels.dense_bam.standard_noise)."""
+import pytest
+import torch
+
+from common import attention
+from common.attention import dense_bam
+from common.attention.kernels import interpreting, triton_available
+
+pytestmark = pytest.mark.skipif(not triton_available() or not (torch.cuda.is_available() or interpreting()),
+                                reason="needs Triton, with a GPU or TRITON_INTERPRET=1")
+
+B, H, Q, K, D = 2, 2, 20, 24, 8  # two 16-blocks in each direction, neither full
+
+
+def _inputs():
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(B, H, n, D, generator=g).requires_grad_() for n in (Q, K, K))
+    mask = (torch.arange(K) < torch.tensor([K, 0])[:, None]).view(B, 1, 1, K)  # batch 1: no key at all
+    return q, k, v, mask
+
+
+def _kernel_draws(norm, dropout):
+    """The seeds the next call draws, and the noise and dropout scale the kernels make from them."""
+    from common.attention.kernels.dense_bam import (NOISE_LOGNORMAL, NOISE_WEIBULL, seeds_for_call,
+                                                    standard_noise)
+    kind = NOISE_WEIBULL if norm.posterior == "weibull" else NOISE_LOGNORMAL
+    noise, keep = standard_noise(B * H, Q, K, kind, seeds_for_call(), dropout, "cpu")
+    return noise.view(B, H, Q, K), keep.view(B, H, Q, K)
+
+
+def _reference(norm, q, k, v, mask, causal, noise, keep):
+    full = mask
+    if causal:
+        tri = torch.ones(Q, K, dtype=torch.bool).tril()
+        full = tri if mask is None else mask & tri
+    norm._log_noise = lambda scores: noise
+    try:
+        with attention.aux_losses() as aux:
+            weights = norm(q @ k.transpose(-1, -2) * D**-0.5, mask=full, keys=k)
+            out = (weights * keep) @ v
+    finally:
+        del norm._log_noise
+    return out, aux.total()
+
+
+@pytest.mark.parametrize("name,use_mask,causal,dropout", [
+    ("bam-wc", True, False, 0.0), ("bam-lc", True, False, 0.0), ("bam-lf", False, False, 0.0),
+    ("bam-wf", True, True, 0.0), ("bam-wf", False, False, 0.25)])
+def test_triton_kernels_equal_the_materialised_path(name, use_mask, causal, dropout, monkeypatch):
+    monkeypatch.setenv("ATTN_TRITON", "1")
+    norm = attention.build(name, key_dim=D, k=4.0, sigma=0.5).train()
+    q, k, v, mask = _inputs()
+    mask = mask if use_mask else None
+    torch.manual_seed(11)
+    with attention.aux_losses() as aux:
+        out = dense_bam.dense_bam_attention(norm, q, k, v, mask=mask, causal=causal, dropout=dropout)
+    kl = aux.total()
+    torch.manual_seed(11)
+    noise, keep = _kernel_draws(norm, dropout)
+    ref_out, ref_kl = _reference(norm, q, k, v, mask, causal, noise, keep)
+    torch.testing.assert_close(out, ref_out, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(kl, ref_kl, rtol=1e-5, atol=1e-5)
+    if use_mask:
+        assert torch.equal(out[1], torch.zeros_like(out[1]))
+    upstream = torch.linspace(-1, 1, out.numel()).view_as(out)
+    inputs = [q, k, v, *norm.parameters()]
+    got = torch.autograd.grad((out * upstream).sum() + kl, inputs)
+    want = torch.autograd.grad((ref_out * upstream).sum() + ref_kl, inputs)
+    for a, b in zip(got, want):
+        assert torch.isfinite(a).all()
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_kernel_noise_has_the_posterior_law():
+    """The in-kernel draws are standard Gumbel-type ``log(-log u)`` and ``N(0, 1)`` samples."""
+    from common.attention.kernels.dense_bam import NOISE_LOGNORMAL, NOISE_WEIBULL, standard_noise
+    weibull, keep = standard_noise(4, 64, 64, NOISE_WEIBULL, (1, 2), 0.25, "cpu")
+    normal, _ = standard_noise(4, 64, 64, NOISE_LOGNORMAL, (3, 4), 0.0, "cpu")
+    # log(-log u) with u uniform: mean -gamma (Euler), variance pi^2 / 6
+    assert abs(weibull.mean() + 0.5772) < 0.03 and abs(weibull.var() - 1.6449) < 0.06
+    assert abs(normal.mean()) < 0.03 and abs(normal.var() - 1) < 0.05
+    assert abs((keep == 0).float().mean() - 0.25) < 0.02
+    torch.testing.assert_close(keep.unique(), torch.tensor([0.0, 4 / 3]))

@@ -1,0 +1,42 @@
+"""scripts/reproduce_gat_table.py builds its table from finished seeds, with paired differences."""
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "reproduce_gat_table.py"
+
+
+@pytest.fixture(scope="module")
+def table_script():
+    spec = importlib.util.spec_from_file_location("reproduce_gat_table", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _seeds(run_dir: Path, accuracies: dict):
+    run_dir.mkdir(parents=True)
+    for seed, acc in accuracies.items():
+        torch.save({"metrics": {"test": {"acc": acc}}}, run_dir / f"seed{seed}.pt")
+
+
+def test_table_from_finished_seeds_with_paired_differences(tmp_path, table_script):
+    _seeds(tmp_path / "Cora" / "softmax", {0: 0.80, 1: 0.82, 2: 0.84, 3: 0.83})
+    _seeds(tmp_path / "Cora" / "bam-wc", {0: 0.81, 1: 0.84, 2: 0.84})  # seed 3 unfinished: 3 pairs
+    _seeds(tmp_path / "Cora" / "official" / "softmax", {0: 0.82, 1: 0.83})
+    _seeds(tmp_path / "Cora" / "official" / "bam-wc", {0: 0.82, 1: 0.81})
+    assert table_script.main(["--table-only", "--out", str(tmp_path), "--datasets", "Cora",
+                              "--variants", "softmax", "bam-wc", "--presets", "official"]) == 0
+    cora = json.loads((tmp_path / "table.json").read_text())["ours"]["Cora"]
+    assert cora["softmax"]["n"] == 4 and "vs_softmax" not in cora["softmax"]
+    diff = cora["bam-wc"]["vs_softmax"]  # differences 1, 2, 0 points: mean 1, sd 1, t(0.975, 2) = 4.303
+    assert diff["seeds"] == [0, 1, 2] and diff["mean"] == pytest.approx(1.0) and diff["sd"] == pytest.approx(1.0)
+    assert diff["high"] == pytest.approx(1 + 4.302653 / 3**0.5)
+    assert cora["official/bam-wc"]["vs_softmax"]["mean"] == pytest.approx(-1.0)
+    table = (tmp_path / "table.md").read_text()
+    assert "| BAM-WC | 83.00 ± 1.73 (3) | +1.00 [-1.48, +3.48] (" in table
+    assert "| BAM-WC, `official` preset | 81.50 ± 0.71 (2) | -1.00 [" in table
+    assert "another codebase" in table
