@@ -180,3 +180,22 @@ def test_gatconv_runs_the_kernels_and_matches_the_pytorch_path_in_eval(monkeypat
         out[mode] = [y.detach(), aux.total().detach()] + [p.grad for p in conv.parameters() if p.grad is not None]
     for ref, got in zip(out["0"], out["1"]):
         torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["bam-wc", "bam-lf"])
+def test_without_a_kl_collector_the_kernels_only_sample(name, monkeypatch):
+    torch.manual_seed(0)
+    index, ptr, src = graph(SMALL)
+    bam = attention.build(name, num_heads=HEADS, key_dim=KEY_DIM).train()
+    scores, keys = torch.randn(index.numel(), HEADS), torch.randn(len(SMALL), HEADS, KEY_DIM)
+    noise, grad_w = torch.randn_like(scores), torch.randn_like(scores)
+    out = {}
+    for mode in "01":
+        monkeypatch.setenv("ATTN_TRITON", mode)
+        s = scores.clone().requires_grad_()
+        weights = bam.normalize(s, EdgeGroups(index, ptr=ptr), keys=keys, key_index=src, noise=noise)
+        (weights * grad_w).sum().backward()
+        out[mode] = weights.detach(), s.grad
+    for ref, got in zip(out["0"], out["1"]):
+        torch.testing.assert_close(got, ref)
+    assert all(p.grad is None for p in bam.parameters())  # no prior without a KL
