@@ -45,11 +45,11 @@ def run(bam, scores, keys, groups, src, noise, grad_w, mode, monkeypatch):
     return [weights.detach(), kl.detach(), scores.grad, torch.zeros(()) if keys.grad is None else keys.grad, *params]
 
 
-def assert_paths_agree(name, degrees, dtype, monkeypatch, device="cpu"):
+def assert_paths_agree(name, degrees, dtype, monkeypatch, device="cpu", **options):
     """Both paths on the same scores, keys and noise give the same weights, KL and gradients."""
     torch.manual_seed(0)
     index, ptr, src = (t.to(device) for t in graph(degrees))
-    bam = attention.build(name, num_heads=HEADS, key_dim=KEY_DIM).to(device, dtype).train()
+    bam = attention.build(name, num_heads=HEADS, key_dim=KEY_DIM, **options).to(device, dtype).train()
     scores = torch.randn(index.numel(), HEADS, dtype=dtype, device=device) * 3
     keys = torch.randn(len(degrees), HEADS, KEY_DIM, dtype=dtype, device=device)
     noise, grad_w = torch.randn_like(scores), torch.randn_like(scores)
@@ -69,6 +69,12 @@ def test_explicit_noise_gives_the_pytorch_weights_kl_and_gradients(name, degrees
     assert_paths_agree(name, degrees, dtype, monkeypatch)
 
 
+@pytest.mark.parametrize("name", ["bam-wc", "bam-lc"])
+def test_a_prior_over_every_key_gives_the_pytorch_path_too(name, monkeypatch):
+    """``prior_scope="all"`` (the official GAT code's prior): ``log pi`` normalised over all nodes."""
+    assert_paths_agree(name, SMALL, torch.float32, monkeypatch, prior_scope="all")
+
+
 def test_fused_path_is_taken_only_when_asked(monkeypatch):
     from common.attention.kernels import edge_bam as kernels
     calls = []
@@ -82,12 +88,6 @@ def test_fused_path_is_taken_only_when_asked(monkeypatch):
         assert len(calls) == expected
     bam(scores, index=index)  # without a CSR pointer: the PyTorch path
     assert len(calls) == 1
-    everywhere = attention.build("bam-wc", key_dim=4, prior_scope="all").train()  # prior over all nodes
-    num_nodes = ptr.numel() - 1
-    with attention.aux_losses():
-        everywhere(scores, index=index, ptr=ptr, num_nodes=num_nodes, keys=torch.randn(num_nodes, HEADS, 4),
-                   key_index=index)
-    assert len(calls) == 1  # the kernel normalises the prior per segment: the PyTorch path
 
 
 @pytest.mark.parametrize("name,variance", [("bam-wf", math.pi**2 / 6), ("bam-lf", 1.0)])
