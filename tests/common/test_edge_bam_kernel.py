@@ -127,12 +127,17 @@ def test_philox_noise_has_the_posterior_law_and_is_redrawn_in_backward(name, var
     torch.testing.assert_close(s.grad, grad)
 
 
-@pytest.mark.parametrize("name", ["bam-wc", "bam-lf"])
-def test_eval_mode_gives_softmax_and_the_same_kl(name, monkeypatch):
+def small_case(name, training):
+    """A BAM normalizer, the SMALL graph, scores and per-node keys."""
     torch.manual_seed(0)
     index, ptr, src = graph(SMALL)
-    bam = attention.build(name, num_heads=HEADS, key_dim=KEY_DIM).eval()
-    scores, keys = torch.randn(index.numel(), HEADS), torch.randn(len(SMALL), HEADS, KEY_DIM)
+    bam = attention.build(name, num_heads=HEADS, key_dim=KEY_DIM).train(training)
+    return bam, index, ptr, src, torch.randn(index.numel(), HEADS), torch.randn(len(SMALL), HEADS, KEY_DIM)
+
+
+@pytest.mark.parametrize("name", ["bam-wc", "bam-lf"])
+def test_eval_mode_gives_softmax_and_the_same_kl(name, monkeypatch):
+    bam, index, ptr, src, scores, keys = small_case(name, training=False)
     out = {}
     for mode in "01":
         monkeypatch.setenv("ATTN_TRITON", mode)
@@ -184,10 +189,7 @@ def test_gatconv_runs_the_kernels_and_matches_the_pytorch_path_in_eval(monkeypat
 
 @pytest.mark.parametrize("name", ["bam-wc", "bam-lf"])
 def test_without_a_kl_collector_the_kernels_only_sample(name, monkeypatch):
-    torch.manual_seed(0)
-    index, ptr, src = graph(SMALL)
-    bam = attention.build(name, num_heads=HEADS, key_dim=KEY_DIM).train()
-    scores, keys = torch.randn(index.numel(), HEADS), torch.randn(len(SMALL), HEADS, KEY_DIM)
+    bam, index, ptr, src, scores, keys = small_case(name, training=True)
     noise, grad_w = torch.randn_like(scores), torch.randn_like(scores)
     out = {}
     for mode in "01":
