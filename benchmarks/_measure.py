@@ -1,6 +1,7 @@
 """Shared measuring helpers for the benchmark scripts: timing, peak memory, JSON output."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -49,6 +50,31 @@ def interleaved_wall_cpu(fns: dict, repeats: int, warmup: int = 1) -> dict:
             cpu[name].append(time.process_time() - start_cpu)
     return {name: {"wall_median_ms": 1e3 * statistics.median(wall[name]), "wall_min_ms": 1e3 * min(wall[name]),
                    "cpu_median_ms": 1e3 * statistics.median(cpu[name])} for name in fns}
+
+
+@contextlib.contextmanager
+def kernels_off():
+    """Run the PyTorch paths instead of the fused Triton kernels (``ATTN_TRITON=0``) inside."""
+    before = os.environ.get("ATTN_TRITON")
+    os.environ["ATTN_TRITON"] = "0"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["ATTN_TRITON"]
+        else:
+            os.environ["ATTN_TRITON"] = before
+
+
+def cuda_peak_mb(fn: Callable[[], None]) -> float:
+    """Peak CUDA memory allocated by one call of ``fn`` above what was allocated before it."""
+    fn()
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    fn()
+    torch.cuda.synchronize()
+    return (torch.cuda.max_memory_allocated() - before) / 2**20
 
 
 def _rss_kb(field: str) -> int:

@@ -2,8 +2,11 @@
 
 ``plain`` is ``transformers.LxmertForQuestionAnswering`` as it ships; every other variant is the
 same model (same weights) with its attention swapped by :func:`vqa.lxmert.adapt_lxmert`:
-``softmax`` (the swap alone: SDPA), ``span``, ``entmax`` (learnable alpha), ``bam-wc`` and
-``layerdrop`` (one layer per stack: training drops at random, evaluation prunes 9-5-5 to 8-4-4).
+``softmax`` (the swap alone: SDPA), ``span`` (at its start, ``z = 1``: every span covers every
+key, so it runs SDPA), ``span-bound`` (``z = 0.5``: the spans bind, the full maps), ``entmax``
+(learnable alpha; the fused Triton bisection on CUDA), ``entmax-package`` (the same on the
+``entmax`` package's bisection, CUDA runs only), ``bam-wc`` and ``layerdrop`` (one layer per
+stack: training drops at random, evaluation prunes 9-5-5 to 8-4-4).
 
 For each variant: a training step (forward, ``A * BCE`` + auxiliary losses, backward) and an
 evaluation forward pass, timed interleaved (plain, softmax, span, ..., plain, ...) so that load
@@ -37,16 +40,35 @@ from common.attention import aux_losses  # noqa: E402
 from vqa.lxmert import Adaptation, adapt_lxmert, pruned_layers, vqa_loss  # noqa: E402
 from vqa.lxmert.flops import NUM_ANSWERS, count_flops, dummy_inputs  # noqa: E402
 
-from _measure import _rss_kb, environment, in_subprocess, interleaved_wall_cpu, write_json  # noqa: E402
+from _measure import (  # noqa: E402
+    _rss_kb, cuda_peak_mb, environment, in_subprocess, interleaved_wall_cpu, kernels_off, write_json,
+)
 
 VARIANTS = {
     "plain": None,
     "softmax": {},
     "span": {"span": {}},
+    "span-bound": {"span": {"init": 0.5}},
     "entmax": {"normalizer": "entmax"},
+    "entmax-package": {"normalizer": "entmax"},
     "bam-wc": {"normalizer": "bam-wc"},
     "layerdrop": {"layerdrop": {"language": 1, "vision": 1, "cross": 1}},
 }
+
+#: Variants that run the PyTorch paths (``ATTN_TRITON=0``): the ``entmax`` package's bisection,
+#: to compare with the fused Triton kernel that ``entmax`` uses on CUDA (on CPU both are the package).
+PYTORCH_PATHS = {"entmax-package"}
+
+
+def on_path(name: str, fn):
+    """``fn`` run with the fused kernels off for the variants in :data:`PYTORCH_PATHS`."""
+    if name not in PYTORCH_PATHS:
+        return fn
+
+    def step():
+        with kernels_off():
+            fn()
+    return step
 
 
 def build(config: LxmertConfig, options, state, device) -> torch.nn.Module:
@@ -110,16 +132,6 @@ def _memory_of(variant: str, config: LxmertConfig, batch: int) -> None:
     print(json.dumps({"peak_mb": (_rss_kb("VmHWM") - before) / 1024}))
 
 
-def cuda_peak_mb(fn) -> float:
-    fn()
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    before = torch.cuda.memory_allocated()
-    fn()
-    torch.cuda.synchronize()
-    return (torch.cuda.max_memory_allocated() - before) / 2**20
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="a small 4-2-2 model (hidden 128) instead of LXMERT-base")
@@ -127,7 +139,8 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument("--variants", nargs="*", choices=list(VARIANTS),
+                        help="default: all (entmax-package only with --device cuda)")
     parser.add_argument("--name", default="lxmert", help="results/<name>.json")
     parser.add_argument("--memory-of", choices=list(VARIANTS), help=argparse.SUPPRESS)  # the CPU memory subprocess
     args = parser.parse_args()
@@ -144,18 +157,22 @@ def main() -> int:
     inputs = {k: v.to(device) for k, v in dummy_inputs(config, args.batch).items()}
     target = (torch.rand(args.batch, NUM_ANSWERS) < 0.002).float().to(device)
     one = {k: v[:1] for k, v in inputs.items()}
-    models = {name: build(config, VARIANTS[name], state, device) for name in args.variants}
+    names = args.variants or [v for v in VARIANTS if device.type == "cuda" or v not in PYTORCH_PATHS]
+    models = {name: build(config, VARIANTS[name], state, device) for name in names}
     prune = {name: (Adaptation.from_dict(VARIANTS[name]).layerdrop if name == "layerdrop" else None)
-             for name in args.variants}
+             for name in names}
     start = time.perf_counter()
-    train = interleaved_wall_cpu({n: train_step(m, inputs, target) for n, m in models.items()}, args.repeats)
-    evaluation = interleaved_wall_cpu({n: eval_step(m, inputs, prune[n]) for n, m in models.items()}, args.repeats)
+    train = interleaved_wall_cpu({n: on_path(n, train_step(m, inputs, target)) for n, m in models.items()},
+                                 args.repeats)
+    evaluation = interleaved_wall_cpu({n: on_path(n, eval_step(m, inputs, prune[n])) for n, m in models.items()},
+                                      args.repeats)
     rows = {}
     for name, model in models.items():
         full = count_flops(model, one)
         rows[name] = {
             "train_step": train[name], "eval_forward": evaluation[name],
-            "train_step_peak_mb": (cuda_peak_mb(train_step(model, inputs, target)) if device.type == "cuda"
+            "train_step_peak_mb": (cuda_peak_mb(on_path(name, train_step(model, inputs, target)))
+                                   if device.type == "cuda"
                                    else cpu_peak_mb(name, args.quick, args.batch, args.threads)),
             "flops_per_question": full,
             "flops_per_question_eval": count_flops(model, one, prune[name]) if prune[name] else full,

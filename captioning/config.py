@@ -11,8 +11,9 @@ from common.utils import default_data_root
 from common.utils.config import layer_configs, packaged_config, to_dict
 
 from .models import Att2in, Att2inConfig
+from .prepare import default_prepared_dir
 
-__all__ = ["build_model", "data_path", "load_config", "run_dir", "to_dict"]
+__all__ = ["build_model", "data_path", "default_prepared_dir", "load_config", "prepared_dir", "run_dir", "to_dict"]
 
 
 def load_config(attention: Optional[str] = None, overrides: Sequence[str] = (),
@@ -28,6 +29,11 @@ def data_path(cfg: DictConfig, relative: str) -> Path:
     """``relative`` (a ``data.*`` entry) under the data root, unless it is absolute."""
     path = Path(relative).expanduser()
     return path if path.is_absolute() else default_data_root(cfg.data_root) / path
+
+
+def prepared_dir(cfg: DictConfig) -> Path:
+    """The prepared captions of a run: ``data.prepared`` (relative to the data root), else the default."""
+    return data_path(cfg, cfg.data.prepared) if cfg.data.prepared else default_prepared_dir(cfg.data_root)
 
 
 def run_dir(cfg: DictConfig) -> Path:

@@ -19,15 +19,14 @@ from typing import Optional, Sequence
 import torch
 from omegaconf import OmegaConf
 from torch.utils.data import DataLoader
-from tqdm.auto import tqdm
 
 from common.features import RegionFeatureError, RegionFeatureStore
 from common.text import Vocabulary
-from common.utils import atomic_write_json, results_record
+from common.utils import atomic_write_json, console, results_record
 from common.utils.cli import add_runtime_options, runtime_from
 from common.utils.runtime import DeviceError, Runtime
 
-from .config import build_model, data_path
+from .config import build_model, data_path, prepared_dir
 from .data import CaptionCorpus, CaptionDataset, collate
 from .metrics import METRICS, coco_results, score_captions
 from .models import Att2in
@@ -45,7 +44,7 @@ def caption_images(model: Att2in, dataset: CaptionDataset, vocab: Vocabulary, be
     loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=collate,
                         generator=torch.Generator(), pin_memory=runtime.pin_memory)
     captions = {}
-    for batch in tqdm(loader, desc=f"decoding (beam {beam_size})", leave=False, disable=None if progress else True):
+    for batch in console.progress(loader, desc=f"decoding (beam {beam_size}) batch", enabled=progress):
         features, mask = runtime.to_device(batch["features"]), runtime.to_device(batch["mask"])
         with runtime.autocast():
             tokens = model.generate(features, mask, vocab.eos, max_length, beam_size, length_penalty)
@@ -83,7 +82,7 @@ def evaluate_checkpoint(path: Path, split: str = "test", beam_size: int = 5, max
     cfg = OmegaConf.create(checkpoint["config"])
     if data_root is not None:
         cfg.data_root = data_root
-    corpus = CaptionCorpus(data_path(cfg, cfg.data.prepared))
+    corpus = CaptionCorpus(prepared_dir(cfg))
     if corpus.vocab != vocab:
         raise CaptionDataError(f"{corpus.dir / 'vocab.json'} differs from the vocabulary the checkpoint was trained "
                                f"with; evaluate with the prepared directory used in training")
@@ -133,6 +132,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print(f"{args.split} ({results['images']} images, beam {args.beam_size}): {format_scores(results['scores'])}")
     for name, reason in results["scores"].get("skipped", {}).items():
         print(f"note: {reason}")
+    out_dir = args.checkpoint if args.checkpoint.is_dir() else args.checkpoint.parent
+    console.files_written([out_dir / f"captions_{args.split}.json", out_dir / f"results_{args.split}.json"])
     return 0
 
 

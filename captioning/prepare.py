@@ -8,8 +8,10 @@ rarer words become ``<unk>``) and ``<out>/captions.json``: per image its COCO id
 split, file path, raw reference sentences (for evaluation) and its captions as word ids,
 truncated to ``max_length`` words (self-critical's ``prepro_labels.py``: 16).
 
-Defaults: ``<data-root>/coco/dataset_coco.json`` -> ``<data-root>/coco/prepared``. Get the file
-from Karpathy's ``caption_datasets.zip`` (``https://cs.stanford.edu/people/karpathy/deepimagesent/``).
+Defaults: ``<data-root>/coco/dataset_coco.json`` -> ``<cache>/captioning/prepared-<hash of the
+data root>``, where ``captioning.train`` looks when ``data.prepared`` is null: derived files
+never go into the (possibly shared, read-only) data root. Get the file from Karpathy's
+``caption_datasets.zip`` (``https://cs.stanford.edu/people/karpathy/deepimagesent/``).
 
 Differences from ``prepro_labels.py``, which counts words over all splits and keeps those
 seen *more than* ``count_thr`` = 5 times: here only training captions are counted (no test
@@ -18,6 +20,7 @@ words leak into the vocabulary) and the threshold is inclusive (``--min-count 6`
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 from collections import Counter
@@ -25,7 +28,7 @@ from pathlib import Path
 from typing import Optional, Sequence, Union
 
 from common.text import Vocabulary
-from common.utils import atomic_write_json, default_data_root
+from common.utils import atomic_write_json, cache_dir, default_data_root
 
 SPLITS = ("train", "restval", "val", "test")
 TRAIN_SPLITS = ("train", "restval")
@@ -119,17 +122,25 @@ def prepare(dataset_json: Union[str, Path], out_dir: Union[str, Path], min_count
     }
 
 
+def default_prepared_dir(data_root: Optional[str] = None) -> Path:
+    """Where ``captioning.prepare`` writes by default: the user cache, one directory per data root
+    (``<cache>/captioning/prepared-<hash>``), never the data root itself."""
+    coco = str((default_data_root(data_root) / "coco").resolve())
+    return cache_dir() / "captioning" / f"prepared-{hashlib.sha1(coco.encode()).hexdigest()[:10]}"
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m captioning.prepare", description=__doc__.split("\n")[0])
     parser.add_argument("--data-root", help="data directory (default: $ATTN_DATA_ROOT, else the user cache)")
     parser.add_argument("--dataset-json", help="Karpathy's file (default <data-root>/coco/dataset_coco.json)")
-    parser.add_argument("--out", help="output directory (default <data-root>/coco/prepared)")
+    parser.add_argument("--out", help="output directory (default <cache>/captioning/prepared-<data root hash>, "
+                                      "where captioning.train looks; elsewhere, set data.prepared to it)")
     parser.add_argument("--min-count", type=int, default=5, help="keep words seen at least this often (default 5)")
     parser.add_argument("--max-length", type=int, default=16, help="truncate captions to this many words (default 16)")
     args = parser.parse_args(argv)
-    root = default_data_root(args.data_root) / "coco"
     try:
-        summary = prepare(args.dataset_json or root / "dataset_coco.json", args.out or root / "prepared",
+        root = default_data_root(args.data_root) / "coco"
+        summary = prepare(args.dataset_json or root / "dataset_coco.json", args.out or default_prepared_dir(args.data_root),
                           args.min_count, args.max_length)
     except (CaptionDataError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)

@@ -32,17 +32,17 @@ import torch
 from omegaconf import DictConfig
 from torch import Tensor
 from torch.utils.data import DataLoader
-from tqdm.auto import tqdm
 
 from common import attention
 from common.features import RegionFeatureError, RegionFeatureStore
-from common.utils import Checkpointer, MetricsLogger, atomic_save, atomic_write_json, results_record, seed_everything
+from common.utils import (Checkpointer, MetricsLogger, atomic_save, atomic_write_json, console, results_record,
+                          seed_everything)
 from common.utils.cli import overrides_from, training_parser
 from common.utils.config import check_resumable
 from common.utils.distributed import barrier, cleanup, shard_sampler, wrap_model
 from common.utils.runtime import DeviceError, Runtime
 
-from .config import build_model, data_path, load_config, run_dir, to_dict
+from .config import build_model, data_path, load_config, prepared_dir, run_dir, to_dict
 from .data import CaptionCorpus, CaptionDataset, collate
 from .evaluate import caption_images, format_scores
 from .metrics import score_captions
@@ -105,7 +105,7 @@ def _train(cfg: DictConfig, progress: bool, runtime: Runtime) -> dict:
     if "cider" not in cfg.eval.metrics:
         raise ValueError("eval.metrics must include cider: the best checkpoint is chosen by val CIDEr")
     out_dir = run_dir(cfg)
-    corpus = CaptionCorpus(data_path(cfg, cfg.data.prepared))
+    corpus = CaptionCorpus(prepared_dir(cfg))
     store = RegionFeatureStore(data_path(cfg, cfg.data.features))
     vocab = corpus.vocab
     train_set = CaptionDataset(corpus.split("train"), store, vocab, corpus.max_length, cfg.train.seq_per_img)
@@ -134,11 +134,13 @@ def _train(cfg: DictConfig, progress: bool, runtime: Runtime) -> dict:
             generator.manual_seed(cfg.seed * 1_000_003 + epoch)  # the same shuffles whether resumed or not
             if sampler is not None:
                 sampler.set_epoch(epoch)
+            epoch_start = time.perf_counter()
             lr, ss_prob = learning_rate(cfg, epoch), ss_probability(cfg, epoch)
             for group in optimizer.param_groups:
                 group["lr"] = lr
             sums = train_epoch(cfg, forward, optimizer, loader, schedule, extra, ss_prob, vocab.pad,
-                               desc=f"epoch {epoch}", progress=progress, runtime=runtime)
+                               desc=f"epoch {epoch + 1}/{cfg.train.epochs} batch", progress=progress,
+                               runtime=runtime)
             row = {"epoch": epoch, "lr": lr, "ss_prob": ss_prob, **sums}
             last = epoch == cfg.train.epochs - 1
             if env.is_main and (last or (cfg.eval.every > 0 and (epoch + 1) % cfg.eval.every == 0)):
@@ -151,17 +153,20 @@ def _train(cfg: DictConfig, progress: bool, runtime: Runtime) -> dict:
                                            "specials": list(vocab.specials)},
                                  "epoch": epoch, "scores": scores}, out_dir / "best.pt")
             extra["history"].append(row)
+            # training and validation time of every epoch, kept in the checkpoints across resumptions
+            extra["train_seconds"] = extra.get("train_seconds", 0.0) + time.perf_counter() - epoch_start
             if env.is_main:
                 checkpointer.save(epoch, model, optimizer, extra=extra, scaler=runtime.scaler)
                 logger.log(epoch, **{k: v for k, v in row.items() if k != "epoch"})  # after the save: no line twice
             barrier(env)
-            if progress and "val/CIDEr" in row:
-                tqdm.write(f"epoch {epoch}: nll {row['train/nll']:.3f} val {format_scores(scores)}")
+            if env.is_main:
+                console.say(f"epoch {epoch + 1}/{cfg.train.epochs}: train nll {row['train/nll']:.3f}"
+                            + (f", val {format_scores(scores)}" if "val/CIDEr" in row else ""))
     if not env.is_main:  # the first process validated and writes the results
         return {}
     results = results_record(config, attention=cfg.attention.name, best_epoch=extra["best"]["epoch"],
                              val=extra["best"]["scores"], history=extra["history"], epochs=cfg.train.epochs,
-                             wall_seconds_this_run=time.perf_counter() - start, checkpoint=str(out_dir / "best.pt"),
+                             train_seconds=extra.get("train_seconds"), wall_seconds_this_run=time.perf_counter() - start, checkpoint=str(out_dir / "best.pt"),
                              runtime=runtime.describe())
     atomic_write_json(out_dir / "results.json", results)
     return results
@@ -175,7 +180,7 @@ def train_epoch(cfg: DictConfig, model, optimizer, loader: DataLoader, schedule:
     totals = {"train/loss": 0.0, "train/nll": 0.0, "train/kl": 0.0}
     batches = 0
     collect_kl = cfg.kl.weight > 0
-    for batch in tqdm(loader, desc=desc, leave=False, disable=None if progress else True, mininterval=1.0):
+    for batch in console.progress(loader, desc=desc, enabled=progress):
         batch = runtime.to_device(batch)
         optimizer.zero_grad(set_to_none=True)
         with runtime.autocast(), attention.aux_losses() if collect_kl else nullcontext() as aux:
@@ -201,6 +206,7 @@ def _check_resumable(checkpointer: Checkpointer, config: dict) -> None:
         check_resumable(saved, config, RESUMABLE_KEYS, paths[-1].parent.parent)
 
 
+@console.interruptible
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = training_parser("python -m captioning.train", __doc__.split("\n")[0], "captioning/configs/att2in.yaml",
                              "optim.lr=2e-4 train.epochs=10",
@@ -216,8 +222,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     if not results:  # not the first of several processes
         return 0
-    print(f"{results['attention']}: best val (epoch {results['best_epoch']}) {format_scores(results['val'])} "
-          f"-> {run_dir(cfg) / 'results.json'}")
+    out_dir = run_dir(cfg)
+    print(f"{results['attention']}: best val (epoch {results['best_epoch'] + 1} of {results['epochs']}) "
+          f"{format_scores(results['val'])}")
+    console.files_written([out_dir / name for name in ("results.json", "best.pt", "checkpoints", "metrics.jsonl")])
     return 0
 
 

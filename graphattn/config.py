@@ -11,7 +11,7 @@ from typing import Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
-from common.utils.config import layer_configs, packaged_config, parse_overrides, to_dict
+from common.utils.config import layer_configs, load_user_config, packaged_config, parse_overrides, to_dict
 
 from .data import canonical_name
 
@@ -33,7 +33,7 @@ def load_config(
         overrides.append(f"attention.name={attention}")
     # The dataset and the variant pick which packaged blocks apply, so look them up first.
     cli = parse_overrides(overrides)
-    user = OmegaConf.load(config_file) if config_file else OmegaConf.create()
+    user = load_user_config(config_file) if config_file else OmegaConf.create()
     base = packaged_config("graphattn", "gat.yaml")
     name = canonical_name(OmegaConf.select(cli, "dataset") or OmegaConf.select(user, "dataset") or base.dataset)
     cfg = OmegaConf.merge(base, packaged_config("graphattn", f"{name.lower()}.yaml"))

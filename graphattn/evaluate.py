@@ -8,6 +8,26 @@ and the test accuracy must match the one stored at training time. With ``--mc-sa
 test nodes are predicted N times with attention sampling on (and dropout, unless
 ``--no-mc-dropout``) and the report adds the MC accuracy, PAvPU (the BAM paper's t-test
 version and the entropy-threshold version) and the expected calibration error.
+
+The report goes to ``<run>/evaluation[_seed<k>][_mc<N>].json`` (or ``--out``) and the
+reliability diagram of the test predictions of every checkpoint together (MC-mean
+probabilities with ``--mc-samples``, else the eval-mode ones) next to it as
+``..._reliability.png``. What the numbers mean is printed with them:
+
+* **ECE** (expected calibration error, %): the gap between confidence (the top class's
+  probability) and accuracy, averaged over 15 equal-width confidence bins weighted by their
+  share of nodes; 0 is calibrated. Confidence below accuracy is *underconfidence*.
+* **PAvPU** (%): the share of test nodes that are accurate and certain or inaccurate and
+  uncertain. *t-test*: a node is uncertain when a paired t-test between its two top classes'
+  MC logits cannot reject equal means (p > ``--p-threshold``, 0.05). *entropy*: uncertain when
+  the entropy of its MC-mean prediction exceeds ``--entropy-threshold`` nats (default half the
+  maximum, ``log(classes) / 2``: 0.97 nats on Cora's 7 classes). When (nearly) every node is
+  uncertain, PAvPU(entropy) is the error rate.
+
+A GAT trained with dropout 0.6 on its inputs and attention coefficients is underconfident
+under MC dropout: each sample drops most of a node's neighbourhood, so the averaged
+prediction is much flatter than the accuracy warrants (high ECE, and most nodes above the
+entropy threshold). ``--no-mc-dropout`` samples the attention only.
 """
 from __future__ import annotations
 
@@ -21,8 +41,9 @@ import torch
 from omegaconf import OmegaConf
 
 from common import attention
-from common.metrics import expected_calibration_error, mean_probabilities, pavpu_entropy, pavpu_ttest
-from common.utils import atomic_write_json, results_record, seed_everything
+from common.metrics import (expected_calibration_error, mean_probabilities, pavpu_entropy, pavpu_ttest,
+                            plot_reliability, predictive_entropy, ttest_uncertain)
+from common.utils import atomic_write_json, console, results_record, seed_everything
 from common.utils.cli import add_runtime_options, runtime_from
 from common.utils.runtime import DeviceError, Runtime
 
@@ -40,15 +61,18 @@ def evaluate_checkpoint(
     seed: int = 0,
     data_cache: Optional[Dict] = None,
     runtime: Optional[Runtime] = None,
+    predictions: Optional[List] = None,
 ) -> Dict:
     """Metrics of one ``seed<k>.pt`` checkpoint on its dataset's test split.
 
     ``entropy_threshold`` defaults to half the maximum entropy, ``log(num_classes) / 2``.
     ``data_cache`` (a dict) keeps loaded datasets between calls. The model runs on
     ``runtime.device`` (default: the CPU), wherever the checkpoint was written.
+    ``predictions`` (a list), if given, receives ``(probabilities [N, C], targets [N])`` of the
+    test nodes: the MC mean with ``mc_samples``, else the eval-mode softmax.
     """
     runtime = runtime or Runtime(torch.device("cpu"))
-    checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+    checkpoint = load_checkpoint(path)
     cfg = OmegaConf.create(checkpoint["config"])
     data_cache = {} if data_cache is None else data_cache
     if cfg.dataset not in data_cache:
@@ -63,6 +87,12 @@ def evaluate_checkpoint(
               "seed": checkpoint["metrics"]["seed"],
               "test": evaluate_split(model, x, data.edge_index, data.y, data.test_mask, runtime),
               "stored_test_acc": checkpoint["metrics"]["test"]["acc"]}
+    targets = data.y[data.test_mask].cpu()
+    if not mc_samples and predictions is not None:
+        model.eval()
+        with torch.no_grad(), runtime.autocast():
+            logits = model(x, data.edge_index)[data.test_mask].float().cpu()
+        predictions.append((logits.softmax(-1), targets))
     if mc_samples:
         if mc_samples < 2:
             raise ValueError("--mc-samples needs at least 2 samples for the t-test")
@@ -71,17 +101,35 @@ def evaluate_checkpoint(
         with torch.no_grad(), attention.mc_sampling(model, dropout=mc_dropout), runtime.autocast():
             logits = torch.stack([model(x, data.edge_index)[data.test_mask].float() for _ in range(mc_samples)])
         logits = logits.cpu()
-        targets = data.y[data.test_mask].cpu()
         probs = mean_probabilities(logits)
         threshold = entropy_threshold if entropy_threshold is not None else math.log(data.num_classes) / 2
         result["mc"] = {
-            "samples": mc_samples, "dropout": mc_dropout,
+            "samples": mc_samples, "dropout": mc_dropout, "dropout_p": cfg.model.dropout if mc_dropout else 0.0,
             "acc": float((probs.argmax(-1) == targets).double().mean()),
+            "mean_confidence": float(probs.max(-1).values.double().mean()),
             "pavpu_ttest": pavpu_ttest(logits, targets, p_threshold), "p_threshold": p_threshold,
+            "uncertain_ttest": float(ttest_uncertain(logits, p_threshold).double().mean()),
             "pavpu_entropy": pavpu_entropy(logits, targets, threshold), "entropy_threshold": threshold,
+            "uncertain_entropy": float((predictive_entropy(probs) > threshold).double().mean()),
             "ece": expected_calibration_error(probs, targets),
         }
+        if predictions is not None:
+            predictions.append((probs, targets))
     return result
+
+
+def load_checkpoint(path: Path) -> Dict:
+    """A ``seed<k>.pt`` written by ``graphattn.train``; a clear error for any other file."""
+    hint = f"pass a seed<k>.pt checkpoint or the python -m graphattn.train output directory ({path.parent})"
+    if path.suffix != ".pt":
+        raise ValueError(f"{path} is not a checkpoint: {hint}")
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as err:  # unpickling errors of a truncated or foreign file
+        raise ValueError(f"{path} is not a readable checkpoint ({type(err).__name__}): {hint}") from err
+    if not isinstance(checkpoint, dict) or not {"model_state", "config", "metrics"} <= set(checkpoint):
+        raise ValueError(f"{path} is not a graphattn.train seed checkpoint: {hint}")
+    return checkpoint
 
 
 def checkpoints_in(path: Path) -> List[Path]:
@@ -97,9 +145,42 @@ def checkpoints_in(path: Path) -> List[Path]:
     return [path]
 
 
+def report_paths(target: Path, mc_samples: int, out: Optional[Path] = None) -> tuple[Path, Path]:
+    """The report JSON and reliability PNG: ``out`` if given, else ``evaluation[_seed<k>][_mc<N>]``
+    in the run directory (that of ``target`` when it is a checkpoint)."""
+    if out is None:
+        stem = "evaluation" + ("" if target.is_dir() else f"_{target.stem}") + (f"_mc{mc_samples}" if mc_samples else "")
+        out = (target if target.is_dir() else target.parent) / f"{stem}.json"
+    return out, out.with_name(f"{out.stem}_reliability.png")
+
+
+def explain(summary: Dict, reports: List[Dict], mc_samples: int, pooled_confidence: float) -> List[str]:
+    """What the printed metrics mean, with this evaluation's numbers (see the module docstring)."""
+    acc = summary["mc_acc"]["mean"] if mc_samples else summary["test_acc"]["mean"]
+    source = f"MC-mean ({mc_samples} samples)" if mc_samples else "eval-mode"
+    ece = summary["mc_ece" if mc_samples else "ece"]["mean"]
+    lines = [f"ECE {ece:.2f}: the confidence-accuracy gap over 15 confidence bins (0 = calibrated); "
+             f"mean confidence of the {source} predictions {100 * pooled_confidence:.1f}% vs accuracy {acc:.1f}%"
+             + (" (underconfident)" if 100 * pooled_confidence < acc - 1 else
+                " (overconfident)" if 100 * pooled_confidence > acc + 1 else "") + "."]
+    if mc_samples:
+        mc = reports[0]["mc"]
+        lines.append(
+            "PAvPU: the share of nodes accurate-and-certain or inaccurate-and-uncertain. Uncertain: t-test, "
+            f"p > {mc['p_threshold']} between the top-2 classes' MC logits ({summary['uncertain_ttest']['mean']:.1f}% "
+            f"of nodes); entropy, above {mc['entropy_threshold']:.3f} nats ({summary['uncertain_entropy']['mean']:.1f}% "
+            "of nodes; when nearly all are, PAvPU(entropy) is the error rate).")
+        if mc["dropout_p"]:
+            lines.append(f"MC dropout keeps the training dropout on (p = {mc['dropout_p']} here), which flattens "
+                         "the averaged predictions: --no-mc-dropout samples the attention only.")
+    return lines
+
+
+@console.interruptible
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m graphattn.evaluate", description=__doc__.split("\n")[0])
-    parser.add_argument("checkpoint", type=Path, help="a seed<k>.pt file or a directory of them")
+    parser.add_argument("checkpoint", type=Path, help="a python -m graphattn.train output directory or one of its "
+                                                      "seed<k>.pt files")
     parser.add_argument("--data-root", help="directory holding planetoid/ (default: the one used in training)")
     parser.add_argument("--mc-samples", type=int, default=0, help="Monte Carlo samples for uncertainty (0: none)")
     parser.add_argument("--no-mc-dropout", action="store_true",
@@ -108,37 +189,56 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--entropy-threshold", type=float, help="entropy PAvPU threshold in nats "
                                                                 "(default log(classes)/2)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the Monte Carlo sampling")
-    parser.add_argument("--out", type=Path, help="write the report JSON here")
+    parser.add_argument("--out", type=Path, help="the report JSON (default: evaluation[_seed<k>][_mc<N>].json in "
+                                                 "the run directory; the reliability PNG goes next to it)")
     add_runtime_options(parser)
     args = parser.parse_args(argv)
     try:
+        if args.mc_samples < 0:
+            raise ValueError(f"--mc-samples {args.mc_samples}: expected 0 (none) or at least 2")
         runtime = runtime_from(args)
         paths = checkpoints_in(args.checkpoint)
-        reports, data_cache = [], {}
-        for path in paths:
+        reports, data_cache, predictions = [], {}, []
+        for path in console.progress(paths, desc="checkpoint", unit="checkpoint"):
             report = evaluate_checkpoint(path, args.data_root, args.mc_samples, not args.no_mc_dropout,
-                                         args.p_threshold, args.entropy_threshold, args.seed, data_cache, runtime)
+                                         args.p_threshold, args.entropy_threshold, args.seed, data_cache, runtime,
+                                         predictions)
             reports.append(report)
             mc = report.get("mc")
-            print(f"{path}: test acc {100 * report['test']['acc']:.2f}"
-                  + (f" | MC acc {100 * mc['acc']:.2f} PAvPU(t-test) {100 * mc['pavpu_ttest']:.2f} "
-                     f"PAvPU(entropy) {100 * mc['pavpu_entropy']:.2f} ECE {100 * mc['ece']:.2f}" if mc else ""))
+            console.say(f"{path}: test acc {100 * report['test']['acc']:.2f}"
+                        + (f" | MC acc {100 * mc['acc']:.2f} PAvPU(t-test) {100 * mc['pavpu_ttest']:.2f} "
+                           f"PAvPU(entropy) {100 * mc['pavpu_entropy']:.2f} ECE {100 * mc['ece']:.2f}" if mc else ""))
     except (FileNotFoundError, PlanetoidDataError, DeviceError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    probs = torch.cat([p for p, _ in predictions])
+    targets = torch.cat([t for _, t in predictions])
+    out, figure = report_paths(args.checkpoint, args.mc_samples, args.out)
+    bins = plot_reliability(probs, targets, figure, title=f"{reports[0]['dataset']} {reports[0]['attention']}: "
+                            f"{len(reports)} checkpoint(s), " + (f"MC x{args.mc_samples}" if args.mc_samples
+                                                                 else "eval mode"))
     summary = {"test_acc": summarize([r["test"]["acc"] for r in reports])}
     if args.mc_samples:
-        for key in ("acc", "pavpu_ttest", "pavpu_entropy", "ece"):
-            summary[f"mc_{key}"] = summarize([r["mc"][key] for r in reports])
-    if len(reports) > 1:
-        print("mean +- std over checkpoints: " + ", ".join(f"{k} {v['mean']:.2f} +- {v['std']:.2f}"
-                                                           for k, v in summary.items()))
-    if args.out:
-        atomic_write_json(args.out, results_record({"mc_samples": args.mc_samples,
-                                                    "mc_dropout": not args.no_mc_dropout,
-                                                    "p_threshold": args.p_threshold,
-                                                    "entropy_threshold": args.entropy_threshold},
-                                                   summary=summary, checkpoints=reports))
+        for key in ("acc", "pavpu_ttest", "pavpu_entropy", "ece", "uncertain_ttest", "uncertain_entropy"):
+            summary[key if key.startswith("uncertain") else f"mc_{key}"] = summarize([r["mc"][key] for r in reports])
+    else:
+        summary["ece"] = summarize([expected_calibration_error(p, t) for p, t in predictions])
+    print(("mean +- std over checkpoints: " if len(reports) > 1 else "")
+          + ", ".join(f"{k} {v['mean']:.2f}" + (f" +- {v['std']:.2f}" if len(reports) > 1 else "")
+                      for k, v in summary.items()))
+    mean_confidence = float(bins.confidence @ bins.count / bins.count.sum())
+    for line in explain(summary, reports, args.mc_samples, mean_confidence):
+        print(line)
+    atomic_write_json(out, results_record({"mc_samples": args.mc_samples, "mc_dropout": not args.no_mc_dropout,
+                                           "p_threshold": args.p_threshold,
+                                           "entropy_threshold": args.entropy_threshold},
+                                          summary=summary, checkpoints=reports,
+                                          reliability={"figure": str(figure), "ece_pooled": bins.ece,
+                                                       "mean_confidence_pooled": mean_confidence,
+                                                       "bins": {"count": bins.count.tolist(),
+                                                                "confidence": bins.confidence.tolist(),
+                                                                "accuracy": bins.accuracy.tolist()}}))
+    console.files_written([out, figure])
     return 0
 
 

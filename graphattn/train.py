@@ -17,7 +17,14 @@ unweighted KL, combined over layers as ``kl.reduction`` says), ``train/kl_weight
 events (``tensorboard --logdir <out_dir>``). A rerun with the same config reuses the seeds
 already done, so an interrupted grid resumes; the curves of an unfinished seed are restarted.
 ``<out_dir>/results.json`` holds per-seed and mean +- std (sample std, ddof=1) test accuracy,
-the config and the library versions.
+each seed's training time (kept from the run that trained it; ``train_seconds.total``), the
+config and the library versions; ``curves.png`` the learning curves of every seed and
+``accuracy.png`` the per-seed accuracies with their mean and spread (:mod:`graphattn.plots`).
+
+The console (:mod:`common.utils.console`) shows a bar per seed whose length is the patience
+budget (the epoch at which training stops if nothing improves), a line per finished seed,
+and at the end the summary and every file written; Ctrl-C stops with
+``interrupted at ...; re-run the same command to resume`` (exit status 130).
 
 ``--device`` (default ``auto``: CUDA when available) and ``train.precision`` / ``train.compile``
 choose where and how the model computes (:mod:`common.utils.runtime`); the whole graph lives on
@@ -39,11 +46,12 @@ import torch
 import torch.nn.functional as F
 from omegaconf import DictConfig
 from torch_geometric.data import Data
-from tqdm.auto import tqdm
 
 from common import attention
-from common.utils import MetricsLogger, atomic_save, atomic_write_json, results_record, seed_everything
+from common.utils import (MetricsLogger, atomic_save, atomic_write_json, console, read_metrics, results_record,
+                          seed_everything)
 from common.utils.cli import overrides_from, training_parser
+from common.utils.config import check_resumable
 from common.utils.runtime import DeviceError, Runtime
 
 from .config import load_config, to_dict
@@ -104,9 +112,11 @@ def train_seed(cfg: DictConfig, data: Data, seed: int, progress: bool = True,
 
     best_acc, best_loss, snapshot_acc = -math.inf, math.inf, -math.inf
     best_state, best_epoch, waited, history = None, 0, 0, []
-    bar = tqdm(range(cfg.train.max_epochs), desc=f"seed {seed}", leave=False, disable=None if progress else True,
-                mininterval=1.0)
-    for epoch in bar:
+    # The bar's total is the epoch at which patience runs out if nothing improves (not max_epochs).
+    bar = console.progress(total=min(cfg.train.max_epochs, cfg.train.patience), desc=f"seed {seed} epoch",
+                           enabled=progress, unit="epoch")
+    start = time.perf_counter()
+    for epoch in range(cfg.train.max_epochs):
         model.train()
         optimizer.zero_grad(set_to_none=True)
         with runtime.autocast(), attention.aux_losses() if collect_kl else nullcontext() as aux:
@@ -136,12 +146,14 @@ def train_seed(cfg: DictConfig, data: Data, seed: int, progress: bool = True,
             waited += 1
             if waited == cfg.train.patience:
                 break
-        bar.set_postfix(val_acc=f"{val['acc']:.3f}", best=f"{snapshot_acc:.3f}", refresh=False)
+        bar.set_total(min(cfg.train.max_epochs, epoch + 1 + cfg.train.patience - waited))
+        bar.set_postfix(val_acc=f"{val['acc']:.3f}", best=f"{snapshot_acc:.3f}")
+        bar.update()
     bar.close()
 
     model.load_state_dict(best_state)
     metrics = {
-        "seed": seed, "epochs": epoch + 1, "best_epoch": best_epoch,
+        "seed": seed, "epochs": epoch + 1, "best_epoch": best_epoch, "train_seconds": time.perf_counter() - start,
         "val": evaluate_split(forward, x, edge_index, y, data.val_mask, runtime),
         "test": evaluate_split(forward, x, edge_index, y, data.test_mask, runtime),
     }
@@ -158,6 +170,11 @@ def default_out_dir(cfg: DictConfig) -> Path:
     return Path(cfg.out_dir) if cfg.out_dir else Path("runs") / "gat" / cfg.dataset / cfg.attention.name
 
 
+#: Config keys that may differ between the seeds of one output directory (where files go, how many
+#: seeds, where and how fast they compute).
+RESUMABLE_KEYS = ("data_root", "out_dir", "seeds", "first_seed", "device", "train.num_threads", "train.compile")
+
+
 def run(cfg: DictConfig, progress: bool = True, data: Optional[Data] = None) -> Dict:
     """Train every seed of ``cfg`` (reusing finished seeds) and write ``results.json``."""
     runtime = runtime_of(cfg)
@@ -167,14 +184,14 @@ def run(cfg: DictConfig, progress: bool = True, data: Optional[Data] = None) -> 
     seeds = list(range(cfg.first_seed, cfg.first_seed + cfg.seeds))
     per_seed: List[Dict] = []
     start = time.perf_counter()
-    for seed in tqdm(seeds, desc=f"{cfg.dataset} {cfg.attention.name}", disable=None if progress else True):
+    for seed in console.progress(seeds, desc=f"{cfg.dataset} {cfg.attention.name} seeds", enabled=progress,
+                                 unit="seed"):
         path = out_dir / f"seed{seed}.pt"
         if path.exists():
             done = torch.load(path, map_location="cpu", weights_only=False)
-            if _comparable(done["config"]) != _comparable(config):
-                raise ValueError(f"{path} was trained with a different config; choose another out_dir "
-                                 f"(out_dir=...) or delete it to retrain")
+            check_resumable(_with_old_defaults(done["config"]), config, RESUMABLE_KEYS, path)
             per_seed.append(done["metrics"])
+            console.say(seed_line(done["metrics"], reused=True))
             continue
         log_dir = out_dir / f"seed{seed}"
         _clear_curves(log_dir)  # an interrupted earlier attempt at this seed
@@ -182,6 +199,8 @@ def run(cfg: DictConfig, progress: bool = True, data: Optional[Data] = None) -> 
             checkpoint = train_seed(cfg, data, seed, progress, logger, runtime)
         atomic_save(checkpoint, path)
         per_seed.append(checkpoint["metrics"])
+        console.say(seed_line(checkpoint["metrics"]))
+    train_seconds = [m.get("train_seconds") for m in per_seed]
     results = results_record(
         config,
         dataset=cfg.dataset, attention=cfg.attention.name, seeds=seeds,
@@ -189,12 +208,34 @@ def run(cfg: DictConfig, progress: bool = True, data: Optional[Data] = None) -> 
                   "per_seed": [100 * m["test"]["acc"] for m in per_seed]},
         val_acc={**summarize([m["val"]["acc"] for m in per_seed]),
                  "per_seed": [100 * m["val"]["acc"] for m in per_seed]},
-        epochs=[m["epochs"] for m in per_seed], runtime=runtime.describe(),
-        wall_seconds_this_run=time.perf_counter() - start,  # reused seeds cost ~0
+        epochs=[m["epochs"] for m in per_seed],
+        runtime=runtime.describe(),
+        # each seed's own training time, kept from the run that trained it (None: trained before it was recorded)
+        train_seconds={"per_seed": train_seconds,
+                       "total": sum(t for t in train_seconds if t is not None)},
+        wall_seconds_this_run=time.perf_counter() - start,
         checkpoints=[str(out_dir / f"seed{s}.pt") for s in seeds],
     )
+    results["plots"] = [str(path) for path in _plot(out_dir, results, per_seed)]
     atomic_write_json(out_dir / "results.json", results)
     return results
+
+
+def _plot(out_dir: Path, results: Dict, per_seed: List[Dict]) -> List[Path]:
+    """``curves.png`` (per-seed learning curves) and ``accuracy.png`` (seed spread); see :mod:`.plots`."""
+    from .plots import plot_run
+
+    curves = {m["seed"]: out_dir / f"seed{m['seed']}" / "metrics.jsonl" for m in per_seed}
+    histories = {seed: read_metrics(path) for seed, path in curves.items() if path.is_file()}
+    return plot_run(out_dir, results, histories, {m["seed"]: m["best_epoch"] for m in per_seed})
+
+
+def seed_line(metrics: Dict, reused: bool = False) -> str:
+    """``seed 3: test acc 83.10% (val 81.20%), best epoch 120 of 221, 20.3 s`` for the log."""
+    seconds = metrics.get("train_seconds")
+    return (f"seed {metrics['seed']}: test acc {100 * metrics['test']['acc']:.2f}% "
+            f"(val {100 * metrics['val']['acc']:.2f}%), best epoch {metrics['best_epoch'] + 1} of {metrics['epochs']}"
+            + (f", {seconds:.1f} s" if seconds is not None else "") + (" (reused)" if reused else ""))
 
 
 def _clear_curves(log_dir: Path) -> None:
@@ -204,17 +245,11 @@ def _clear_curves(log_dir: Path) -> None:
             file.unlink(missing_ok=True)
 
 
-def _comparable(config: Dict) -> Dict:
-    """The parts of a config that change what a seed trains (not where files go, how many seeds,
-    the device, threads or compilation)."""
-    kept = {k: v for k, v in config.items() if k not in ("data_root", "out_dir", "seeds", "first_seed", "device")}
-    kept["train"] = {k: v for k, v in kept["train"].items() if k not in ("num_threads", "compile")}
-    kept["train"].setdefault("precision", "fp32")  # seeds trained before the key existed ran in fp32
-    # seeds trained before these keys existed ran without them
-    kept.setdefault("preset", None)
-    kept["model"] = {"per_head_input_dropout": False, "attention_bias": False, **kept["model"]}
-    kept["kl"] = {"reduction": "layer_sum", **kept["kl"]}
-    return kept
+def _with_old_defaults(config: Dict) -> Dict:
+    """A seed's saved config with the keys added since, at the values such seeds ran with."""
+    return {"preset": None, **config, "train": {"precision": "fp32", **config["train"]},
+            "model": {"per_head_input_dropout": False, "attention_bias": False, **config["model"]},
+            "kl": {"reduction": "layer_sum", **config["kl"]}}
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -227,6 +262,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     return parser.parse_intermixed_args(argv)
 
 
+@console.interruptible
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     overrides = overrides_from(args, {"seeds": args.seeds})
@@ -236,9 +272,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except (PlanetoidDataError, DeviceError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    acc = results["test_acc"]
+    acc, out_dir = results["test_acc"], default_out_dir(cfg)
     print(f"{results['dataset']} {results['attention']}: test accuracy {acc['mean']:.2f} +- {acc['std']:.2f} "
-          f"over {len(results['seeds'])} seeds -> {default_out_dir(cfg) / 'results.json'}")
+          f"over {len(results['seeds'])} seeds, {results['train_seconds']['total']:.1f} s of training")
+    console.files_written([out_dir / "results.json", *results["plots"], *results["checkpoints"],
+                           *(out_dir / f"seed{seed}" for seed in results["seeds"])])
     return 0
 
 

@@ -12,8 +12,9 @@ import io
 import re
 from pathlib import Path
 from typing import Iterable, List, Sequence
+from unittest import mock
 
-from common.utils import atomic_write_text
+from common.utils import atomic_write_text, console
 
 SEPARATOR = "@@"
 _JOIN = re.compile(r"@@( |$)")
@@ -32,14 +33,16 @@ def learn_codes(texts: Sequence[Sequence[str]], num_merges: int, cache: Path, mi
 
     The file is ``cache/bpe<num_merges>.<hash>.codes``; it is reused when it already exists.
     """
-    from subword_nmt.learn_bpe import learn_bpe
+    from subword_nmt import learn_bpe as subword
 
     path = Path(cache) / f"bpe{num_merges}.{_fingerprint(texts, num_merges)}.codes"
     if path.is_file():
         return path
     joined = io.StringIO("".join(line + "\n" for lines in texts for line in lines))
     codes = io.StringIO()
-    learn_bpe(joined, codes, num_merges, min_frequency=min_frequency)
+    # subword-nmt draws its own tqdm bar over the merges; show it as the other progress is shown
+    with mock.patch.object(subword, "tqdm", lambda merges, *a, **k: console.progress(merges, desc="BPE merge")):
+        subword.learn_bpe(joined, codes, num_merges, min_frequency=min_frequency)
     atomic_write_text(path, codes.getvalue())
     return path
 

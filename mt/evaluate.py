@@ -16,7 +16,7 @@ from typing import Dict, Optional, Sequence
 
 import torch
 
-from common.utils import atomic_write_json, default_data_root, results_record
+from common.utils import atomic_write_json, console, default_data_root, results_record
 from common.utils.cli import add_runtime_options, runtime_from
 from common.utils.paths import DATA_ROOT_ENV
 from common.utils.runtime import DeviceError, Runtime
@@ -78,6 +78,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     beam = args.beam or cfg["eval"]["beam"]
     lp = cfg["eval"]["length_penalty"] if args.length_penalty is None else args.length_penalty
+    written = []
     for split in args.split or cfg["data"]["test_splits"]:
         try:
             result = bleu_on_split(model, prepared, split, beam, lp, cfg["eval"]["max_len_a"],
@@ -94,6 +95,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             checkpoint=str(args.checkpoint) if args.checkpoint else None))
         print(f"{split}: BLEU {result['bleu']:.2f} (tokenised, lowercased) | SacreBLEU {result['sacrebleu']:.2f} "
               f"{result['sacrebleu_signature']} | {result['sentences_per_second']:.1f} sentences/s")
+        written += [files.dir / f"{name}.json", files.dir / f"{name}.hyp.txt"]
+    console.files_written(written)
     return 0
 
 

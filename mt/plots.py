@@ -9,6 +9,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from common.utils import atomic_save_figure  # noqa: E402
+
 
 PANELS = (("train/ce", "training cross-entropy"), ("val/ppl", "validation perplexity"),
           ("val/bleu", "validation BLEU (greedy)"))
@@ -26,7 +28,9 @@ def plot_runs(runs: Dict[str, Sequence[dict]], path: Path, title: str = "") -> P
         for name, records in runs.items():
             steps, values = _series(records, key)
             if steps:
-                ax.plot(steps, values, marker="o" if key.startswith("val") else None, markersize=3, label=name)
+                # a marker where there are too few points for a line (one logged value draws nothing)
+                ax.plot(steps, values, marker="o" if key.startswith("val") or len(steps) == 1 else None,
+                        markersize=3, label=name)
         ax.set_xlabel("update")
         ax.set_title(label)
         ax.grid(alpha=0.3)
@@ -35,13 +39,7 @@ def plot_runs(runs: Dict[str, Sequence[dict]], path: Path, title: str = "") -> P
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".tmp.{path.name}")
-    fig.savefig(tmp, dpi=110, format="png")
-    plt.close(fig)
-    tmp.replace(path)
-    return path
+    return atomic_save_figure(fig, path)
 
 
 def plot_curves(records: Sequence[dict], path: Path, title: str = "") -> Path:

@@ -37,11 +37,11 @@ from typing import Dict, List, Optional, Sequence
 import torch
 import torch.nn.functional as F
 from omegaconf import DictConfig
-from tqdm.auto import tqdm
 
 from common import attention
 from common.utils import (Checkpointer, MetricsLogger, atomic_save, atomic_write_json, default_data_root,
                           read_metrics, results_record, seed_everything)
+from common.utils import console
 from common.utils.cli import overrides_from, training_parser
 from common.utils.config import check_resumable
 from common.utils.distributed import (all_reduce_sum, barrier, broadcast_objects, cleanup, round_robin,
@@ -175,12 +175,12 @@ class Trainer:
         state = self.checkpointer.load_latest(self.model, self.optimizer, self.schedule,
                                               map_location=runtime.device, scaler=runtime.scaler)
         self.progress = {"step": 0, "epoch": 0, "batch": 0, "best": None, "best_step": None, "bad": 0,
-                         "train_seconds": 0.0, "done": False}
+                         "train_seconds": 0.0, "done": False, "validated": None}
         if state is not None:
             self.progress.update(state["extra"])
             if self.env.is_main:
-                print(f"resuming {out_dir} from update {self.progress['step']} (epoch {self.progress['epoch']}, "
-                      f"batch {self.progress['batch']})", file=sys.stderr)
+                console.say(f"resuming {out_dir} from update {self.progress['step']} (epoch {self.epoch_number()}, "
+                            f"batch {self.progress['batch']})")
 
     def _write_run_files(self) -> None:
         self.out_dir.mkdir(parents=True, exist_ok=True)
@@ -194,13 +194,22 @@ class Trainer:
         shutil.copyfile(self.prepared.bpe.codes, self.out_dir / "bpe.codes")
 
     # ------------------------------------------------------------------ loop ----
+    def epoch_number(self) -> int:
+        """The 1-based epoch of the latest update, as the progress bar counts (0 before the first)."""
+        p = self.progress
+        return p["epoch"] + (1 if p["batch"] else 0)
+
     def run(self) -> None:
+        """Train until ``max_steps``, ``max_epochs`` or the patience runs out; a run that stops between
+        two validations validates (and checkpoints) its last update, so no run ends without ``best.pt``."""
         cfg, p = self.cfg.train, self.progress
         logger = MetricsLogger(self.out_dir, enabled=self.env.is_main)
         self.model.train()
         try:
             while not p["done"] and p["epoch"] < cfg.max_epochs and p["step"] < cfg.max_steps:
                 self._epoch(logger)
+            if p["validated"] != p["step"]:
+                self._validate(logger)
             p["done"] = True
         finally:
             logger.close()
@@ -243,13 +252,16 @@ class Trainer:
         cfg, p, env = self.cfg, self.progress, self.env
         batches = token_batches(self.train_data.src_lengths, self.train_data.tgt_lengths, cfg.batching.max_tokens,
                                 cfg.batching.max_sentences, shuffle=True, seed=cfg.seed, epoch=p["epoch"])
-        bar = tqdm(total=len(batches), initial=p["batch"], desc=f"epoch {p['epoch'] + 1}",
-                   disable=not (cfg.train.progress and env.is_main), leave=False)
+        # the bar ends where this epoch ends or the update budget runs out, whichever comes first
+        rounds = math.ceil(len(batches) / (env.world_size * cfg.batching.update_freq))
+        done_rounds = math.ceil(p["batch"] / (env.world_size * cfg.batching.update_freq))
+        bar = console.progress(total=min(rounds, done_rounds + cfg.train.max_steps - p["step"]), initial=done_rounds,
+                               desc=f"epoch {p['epoch'] + 1} update", enabled=cfg.train.progress and env.is_main)
         window = {"ce_sum": 0.0, "weighted_kl": 0.0, "kl": 0.0, "tokens": 0}
         tick = time.perf_counter()
         for position, mine in round_robin(batches, env, start=p["batch"], per_process=cfg.batching.update_freq):
             p["step"] += 1
-            bar.update(position - p["batch"])
+            bar.update()
             p["batch"] = position
             lr = self.schedule.before_update(p["step"])
             kl_weight = self.kl(p["step"])
@@ -279,8 +291,6 @@ class Trainer:
             p["batch"] = 0
             if not cfg.train.eval_every:
                 self._validate(logger)
-        elif p["step"] >= cfg.train.max_steps and p["step"] % (cfg.train.eval_every or 1) != 0:
-            self._validate(logger)
 
     def _log_window(self, logger: MetricsLogger, window: dict, lr: float, kl_weight: float, seconds: float) -> None:
         """Log the training loss, CE and KL per target token since the last log, over every process."""
@@ -292,7 +302,7 @@ class Trainer:
         p = self.progress
         logger.log(p["step"], **{"train/loss": (ce_sum + weighted_kl) / tokens_or_one,
                                  "train/ce": ce_sum / tokens_or_one, "train/kl": kl / tokens_or_one},
-                   lr=lr, kl_weight=kl_weight, tokens_per_second=tokens / seconds, epoch=p["epoch"],
+                   lr=lr, kl_weight=kl_weight, tokens_per_second=tokens / seconds, epoch=self.epoch_number(),
                    train_seconds=p["train_seconds"])
 
     def _validate(self, logger: MetricsLogger) -> None:
@@ -316,6 +326,7 @@ class Trainer:
         self.schedule.after_validation(ppl)
         metric = bleu if cfg.train.select == "bleu" else -loss
         improved = p["best"] is None or metric > p["best"]
+        p["validated"] = p["step"]
         if improved:
             p["best"], p["best_step"], p["bad"] = metric, p["step"], 0
             atomic_save({"model": self.model.state_dict(), "step": p["step"], "val_bleu": bleu, "val_loss": loss},
@@ -324,11 +335,11 @@ class Trainer:
             p["bad"] += 1
         if cfg.train.patience and p["bad"] >= cfg.train.patience:
             p["done"] = True
-        logger.log(p["step"], **{"val/loss": loss, "val/ppl": ppl, "val/bleu": bleu, "epoch": p["epoch"],
+        logger.log(p["step"], **{"val/loss": loss, "val/ppl": ppl, "val/bleu": bleu, "epoch": self.epoch_number(),
                                  "train_seconds": p["train_seconds"], "val_seconds": time.perf_counter() - start})
-        print(f"update {p['step']} epoch {p['epoch']}: val ppl {ppl:.2f} greedy BLEU {bleu:.2f}"
-              f"{' (best)' if improved else ''} | lr {self.schedule.lr(max(p['step'], 1)):.2e} | "
-              f"{p['train_seconds']:.0f}s training", file=sys.stderr)
+        console.say(f"update {p['step']} epoch {self.epoch_number()}: val ppl {ppl:.2f} greedy BLEU {bleu:.2f}"
+                    f"{' (best)' if improved else ''} | lr {self.schedule.lr(max(p['step'], 1)):.2e} | "
+                    f"{p['train_seconds']:.0f}s training")
         self.checkpointer.save(p["step"], self.model, self.optimizer, self.schedule, extra=dict(p),
                                scaler=self.runtime.scaler)
 
@@ -346,19 +357,21 @@ def finish(trainer: Trainer, data_root: Path) -> dict:
         hyps = result.pop("hypotheses")
         write_lines(trainer.out_dir / f"{split}.hyp.txt", hyps)
         splits[split] = result
-        print(f"{split}: BLEU {result['bleu']:.2f} (tokenised, lowercased) | SacreBLEU {result['sacrebleu']:.2f}",
-              file=sys.stderr)
+        console.say(f"{split}: BLEU {result['bleu']:.2f} (tokenised, lowercased) | "
+                    f"SacreBLEU {result['sacrebleu']:.2f}")
     curves = plot_curves(read_metrics(trainer.out_dir / "metrics.jsonl"), trainer.out_dir / "curves.png",
                          title=f"{cfg.preset} on {cfg.dataset}")
     p = trainer.progress
     record = results_record(to_dict(cfg), splits=splits, best_step=p["best_step"], updates=p["step"],
-                            epochs=p["epoch"], train_seconds=p["train_seconds"], model=average and f"average of "
+                            epochs=trainer.epoch_number(), complete_epochs=p["epoch"],
+                            train_seconds=p["train_seconds"], model=average and f"average of "
                             f"last {average} checkpoints" or "best.pt", curves=curves.name,
                             parameters=sum(t.numel() for t in model.parameters()), runtime=runtime.describe())
     atomic_write_json(trainer.out_dir / "results.json", record)
     return record
 
 
+@console.interruptible
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = training_parser("python -m mt.train", __doc__.split("\n\n")[0], "mt/configs/defaults.yaml",
                              "optim.lr=1e-3 batching.max_tokens=4000", data_root_help="directory holding mt/",
@@ -368,28 +381,40 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                              "transformer-cpu")
     args = parser.parse_intermixed_args(argv)
     try:
-        cfg = load_config(args.preset, overrides_from(args, {"train.progress": False if args.no_progress else None}),
+        cfg = load_config(args.preset, overrides_from(args, {"train.progress": False if args.no_progress else None},
+                                                      threads_key="train.threads"),
                           args.config)
-        data_root = default_data_root(cfg.data_root)
         out_dir = Path(cfg.out_dir or Path("runs") / "mt" / cfg.dataset / args.preset)
         runtime = Runtime.create(cfg.device, cfg.train.precision, cfg.train.compile, threads=cfg.train.threads,
                                  distributed=True)
+        data_root = default_data_root(cfg.data_root)
     except (DataError, DeviceError, FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     try:
         trainer = Trainer(cfg, out_dir, data_root, runtime)
         trainer.run()
-        if runtime.env.is_main:
-            finish(trainer, data_root)
+        record = finish(trainer, data_root) if runtime.env.is_main else None
     except (DataError, FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     finally:
         cleanup(runtime.env)
-    if runtime.env.is_main:
-        print(f"results: {out_dir / 'results.json'}", file=sys.stderr)
+    if record is not None:
+        summarize(record, out_dir)
     return 0
+
+
+def summarize(record: dict, out_dir: Path) -> None:
+    """The closing lines on stdout: BLEU per test split, where training stopped, the files written."""
+    cfg = record["config"]
+    tests = ", ".join(f"{split} BLEU {record['splits'][split]['bleu']:.2f}" for split in cfg["data"]["test_splits"])
+    print(f"{cfg['preset']} on {cfg['dataset']}: {tests} ({record['model']}, update {record['best_step']}); "
+          f"{record['updates']} updates in {record['epochs']} epoch(s), {record['train_seconds']:.0f} s of training")
+    splits = [cfg["data"]["valid_split"], *cfg["data"]["test_splits"]]
+    console.files_written([out_dir / name for name in ("results.json", record["curves"], "best.pt", "checkpoints",
+                                                        "metrics.jsonl", "config.json")]
+                          + [out_dir / f"{split}.hyp.txt" for split in splits])
 
 
 if __name__ == "__main__":

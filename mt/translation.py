@@ -5,10 +5,10 @@ from typing import List, Sequence
 
 import torch
 from torch import Tensor, nn
-from tqdm.auto import tqdm
 
 from common.decoding import beam_search, greedy_search
 from common.text import Vocabulary
+from common.utils import console
 
 from .batching import pad_sequences
 
@@ -28,7 +28,7 @@ def translate_ids(model: nn.Module, sources: Sequence[Tensor], src_pad: int, tgt
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
     outputs: List[List[int]] = [[] for _ in sources]
     chunks = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
-    for chunk in tqdm(chunks, desc="translating", disable=not progress, leave=False):
+    for chunk in console.progress(chunks, desc="translating batch", enabled=progress):
         src = pad_sequences([sources[i] for i in chunk], src_pad).to(device)
         state = model.encode(src, src.ne(src_pad))
         max_len = int(max_len_a * src.shape[1] + max_len_b)

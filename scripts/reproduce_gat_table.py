@@ -2,11 +2,13 @@
 
     python scripts/reproduce_gat_table.py [--datasets Cora CiteSeer PubMed] [--seeds 10]
                                           [--variants softmax bam-lf bam-lc bam-wf bam-wc]
-                                          [--out results/gat_table] [--threads 1] [key=value ...]
+                                          [--out runs/gat] [--threads 1] [key=value ...]
 
 Trains every (variant, dataset) pair with ``graphattn.train`` (the settings of
 ``graphattn/configs/<dataset>.yaml``; ``key=value`` overrides apply to all runs), reusing
-finished seeds, and writes ``<out>/table.md`` and ``<out>/table.json``: our test accuracy
+finished seeds, in ``<out>/<dataset>/<variant>`` (by default ``runs/gat``, where
+``python -m graphattn.train`` writes too, so runs of either are reused by both), and writes
+``<out>/table.md`` and ``<out>/table.json``: our test accuracy
 (mean +- sample std over the seeds, and the number of seeds) beside the paper's (mean of 5
 runs). Every BAM cell also gets its paired difference to softmax over the seeds both finished
 (the same seeds give both the same splits and initial draws), with its 95% t-interval, and the
@@ -31,7 +33,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from common.metrics import paired_t  # noqa: E402
-from common.utils import atomic_write_json, atomic_write_text, default_data_root, environment  # noqa: E402
+from common.utils import atomic_write_json, atomic_write_text, console, default_data_root, environment  # noqa: E402
 from graphattn import train  # noqa: E402
 from graphattn.config import load_config  # noqa: E402
 from graphattn.data import PlanetoidDataError, check_raw_files  # noqa: E402
@@ -152,7 +154,8 @@ def main(argv=None) -> int:
                         help="also train and table these presets (rows '<variant>, <preset> preset')")
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--data-root", help="directory holding planetoid/ (default: $ATTN_DATA_ROOT)")
-    parser.add_argument("--out", type=Path, default=Path("results/gat_table"))
+    parser.add_argument("--out", type=Path, default=Path("runs") / "gat",
+                        help="runs go to <out>/<dataset>/<variant>, as graphattn.train's (default runs/gat)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
     parser.add_argument("--table-only", action="store_true", help="only rebuild the table from --out")
     parser.add_argument("--table-datasets", nargs="+", choices=DATASETS,
@@ -181,7 +184,8 @@ def main(argv=None) -> int:
                     return 2
                 acc = result["test_acc"]
                 print(f"{dataset} {row}: {acc['mean']:.2f} ± {acc['std']:.2f} "
-                      f"({result['wall_seconds_this_run']:.0f} s)", flush=True)
+                      f"({result['train_seconds']['total']:.0f} s of training, "
+                      f"{result['wall_seconds_this_run']:.0f} s in this run)", flush=True)
 
     columns = args.table_datasets or args.datasets
     results = collect(args.out, columns, rows)
@@ -202,6 +206,7 @@ def main(argv=None) -> int:
         "paper_note": "mean of 5 runs; the softmax row is the GAT paper's mean of 100 runs of the original TF code",
         "environment": environment()})
     print(table)
+    console.files_written([args.out / "table.md", args.out / "table.json"])
     return 0
 
 

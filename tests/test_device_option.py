@@ -11,7 +11,7 @@ DATA = ["--data-root", "data"]
 ARGS = {"graphattn.evaluate": ["runs/none", *DATA], "mt.evaluate": ["runs/none", *DATA], "mt.translate": ["runs/none"],
         "captioning.evaluate": ["runs/none", *DATA], "vqa.evaluate": ["runs/none", *DATA],
         "captioning.visualize": ["runs/none", "--image-id", "1", "--image", "x.jpg", *DATA],
-        "vqa.lxmert.evaluate": ["--run", "runs/none", *DATA]}
+        "vqa.lxmert.evaluate": ["runs/none", *DATA]}
 
 
 @pytest.mark.parametrize("module", CLIS)

@@ -30,12 +30,11 @@ from typing import Dict, Optional, Sequence
 import torch
 from omegaconf import OmegaConf
 from torch.utils.data import DataLoader
-from tqdm.auto import tqdm
 
 from common import attention
 from common.metrics import plot_reliability, ttest_uncertain
 from common.text import Vocabulary
-from common.utils import Checkpointer, atomic_write_json, results_record, seed_everything
+from common.utils import Checkpointer, atomic_write_json, console, results_record, seed_everything
 from common.utils.cli import add_runtime_options, runtime_from
 from common.utils.runtime import DeviceError, Runtime
 
@@ -75,8 +74,7 @@ def mc_uncertainty(model, loader: DataLoader, answers: AnswerVocab, annotations:
     predictions: Dict[int, str] = {}
     confidence, correct, uncertain = [], [], []
     with attention.mc_sampling(model, dropout=dropout):
-        for batch in tqdm(loader, desc=f"MC x{samples}", leave=False, disable=None if progress else True,
-                          mininterval=2.0):
+        for batch in console.progress(loader, desc=f"MC x{samples} batch", enabled=progress):
             batch = runtime.to_device(batch)
             features = add_feature_noise(batch["features"], batch["region_mask"], noise_std, generator)
             with runtime.autocast():

@@ -32,12 +32,11 @@ import torch
 import torch.nn.functional as F
 from omegaconf import DictConfig
 from torch.utils.data import DataLoader, DistributedSampler
-from tqdm.auto import tqdm
 
 from common import attention
 from common.text import Vocabulary
 from common.utils import (
-    Checkpointer, MetricsLogger, atomic_write_json, results_record, seed_everything,
+    Checkpointer, MetricsLogger, atomic_write_json, console, results_record, seed_everything,
 )
 from common.utils.cli import overrides_from, training_parser
 from common.utils.config import check_resumable, layer_configs, packaged_config, to_dict
@@ -111,7 +110,7 @@ def predict_logits(model: MCAN, loader: DataLoader, runtime: Runtime, noise_std:
     model.eval()
     generator = torch.Generator().manual_seed(seed)
     ids, logits = [], []
-    for batch in tqdm(loader, desc=desc, leave=False, disable=None if progress else True, mininterval=2.0):
+    for batch in console.progress(loader, desc=f"{desc} batch", enabled=progress):
         batch = runtime.to_device(batch)
         features = add_feature_noise(batch["features"], batch["region_mask"], noise_std, generator)
         with runtime.autocast():
@@ -151,7 +150,7 @@ def word_vectors(cfg: DictConfig, vocab: Vocabulary, env: DistEnv) -> torch.Tens
         raise VQADataError(f"{cfg.data.glove}: vectors have {vectors.shape[1]} dimensions but "
                            f"model.word_dim={cfg.model.word_dim}; set model.word_dim={vectors.shape[1]}")
     if env.is_main:
-        print(f"GloVe: vectors for {100 * coverage:.1f}% of {len(vocab)} question words")
+        console.say(f"GloVe: vectors for {100 * coverage:.1f}% of {len(vocab)} question words")
     return vectors
 
 
@@ -173,7 +172,7 @@ def train_epoch(ddp_model, loader: DataLoader, optimizer, scheduler, schedule: a
     ddp_model.train()
     env, device = runtime.env, runtime.device
     sums = {"bce": 0.0, "kl": 0.0, "n": 0}
-    bar = tqdm(loader, desc=desc, leave=False, disable=None if progress else True, mininterval=2.0)
+    bar = console.progress(loader, desc=f"{desc} batch", enabled=progress)
     clip = (lambda: torch.nn.utils.clip_grad_norm_(ddp_model.parameters(), cfg.optim.grad_clip)) \
         if cfg.optim.grad_clip else None
     for batch in bar:
@@ -197,7 +196,7 @@ def train_epoch(ddp_model, loader: DataLoader, optimizer, scheduler, schedule: a
             logger.log(update, **{"train/bce": all_reduce_mean(bce.detach() / size, env),
                                   "train/kl": all_reduce_mean(kl.detach(), env), "train/kl_weight": kl_weight,
                                   "train/lr": scheduler.get_last_lr()[0]})
-        bar.set_postfix(bce=f"{bce.item() / size:.3f}", refresh=False)
+        bar.set_postfix(bce=f"{bce.item() / size:.3f}")
     bar.close()
     return sums, update
 
@@ -277,8 +276,9 @@ def run(cfg: DictConfig, progress: bool = True) -> Dict:
             history.append(row)
             if env.is_main:
                 checkpointer.save(epoch, model, optimizer, scheduler, extra={"history": history}, scaler=runtime.scaler)
-                tqdm.write(f"epoch {epoch + 1}: train BCE/question {row['train_bce_per_question']:.4f}"
-                           + (f", {cfg.data.eval_split} accuracy {row['eval']['overall']:.2f}" if "eval" in row else ""))
+                console.say(f"epoch {epoch + 1}/{cfg.train.epochs}: train BCE/question "
+                            f"{row['train_bce_per_question']:.4f}, {seconds:.0f} s"
+                            + (f", {cfg.data.eval_split} accuracy {row['eval']['overall']:.2f}" if "eval" in row else ""))
     finally:
         logger.close()
         del ddp_model
@@ -289,6 +289,7 @@ def run(cfg: DictConfig, progress: bool = True) -> Dict:
         to_dict(cfg), attention=cfg.attention.name, epochs=history,
         final_eval=history[-1].get("eval") if history else None,
         questions_per_second_train=trained_questions / train_seconds if train_seconds else None,
+        train_seconds=sum(row["seconds"] for row in history),  # every epoch's, resumed ones included
         wall_seconds_this_run=time.perf_counter() - start, world_size=env.world_size, runtime=runtime.describe(),
         checkpoint=str(checkpointer.paths()[-1]) if checkpointer.paths() else None)
     if env.is_main:
@@ -305,6 +306,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     return parser.parse_intermixed_args(argv)
 
 
+@console.interruptible
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     overrides = overrides_from(args, {"attention.name": args.attention, "train.epochs": args.epochs})
@@ -314,10 +316,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except (VQADataError, DeviceError, ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    final = results["final_eval"]
-    print(f"MCAN {results['attention']}: {len(results['epochs'])} epochs"
-          + (f", {cfg.data.eval_split} accuracy {final['overall']:.2f} {final['per_answer_type']}" if final else "")
-          + f" -> {default_out_dir(cfg) / 'results.json'}")
+    final, out_dir = results["final_eval"], default_out_dir(cfg)
+    print(f"MCAN {results['attention']}: {len(results['epochs'])} epochs, {results['train_seconds']:.0f} s of training"
+          + (f", {cfg.data.eval_split} accuracy {final['overall']:.2f} {final['per_answer_type']}" if final else ""))
+    console.files_written([out_dir / name for name in ("results.json", "checkpoints", "metrics.jsonl", "config.json",
+                                                        "question_vocab.json", "answers.json",
+                                                        f"{cfg.data.eval_split}_predictions.json")])
     return 0
 
 

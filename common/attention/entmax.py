@@ -6,9 +6,12 @@ to one; alpha = 2 is sparsemax, alpha -> 1 is softmax. A learnable alpha is para
 ``alpha = clamp(1 + sigmoid(z), 1.01, 2)`` (the entmax authors' advice), so it stays in
 (1, 2] and never reaches the alpha = 1 singularity of the bisection.
 
-The dense layout uses the ``entmax`` package (exact sort-based 1.5-entmax and sparsemax,
-bisection with an analytic alpha gradient); the edge-wise layout bisects per target node
-with scatter operations (:func:`~common.attention.functional.entmax_bisect_groups`).
+Where :func:`~common.attention.kernels.use_triton` says so (CUDA tensors by default), both
+layouts run the fused Triton bisection (:mod:`common.attention.kernels.entmax_bisect`: one
+program per row or per (node, head) segment, analytic gradients for the scores and alpha).
+Otherwise the dense layout uses the ``entmax`` package (exact sort-based 1.5-entmax and
+sparsemax, bisection with an analytic alpha gradient) and the edge-wise layout bisects per
+target node with scatter operations (:func:`~common.attention.functional.entmax_bisect_groups`).
 """
 from __future__ import annotations
 
@@ -22,13 +25,27 @@ from torch import Tensor, nn
 from .base import Normalizer
 from .functional import bisect_iterations, entmax_bisect_groups
 from .groups import DenseGroups
+from .kernels import use_triton
 
 MIN_ALPHA = 1.01
 
 
+def _fused(scores: Tensor, alpha, groups, n_iter: Optional[int]) -> Optional[Tensor]:
+    """The fused Triton bisection where it applies, else ``None`` (take the PyTorch path)."""
+    if not use_triton(scores):
+        return None
+    from .kernels.entmax_bisect import entmax_bisect_groups as fused_bisect
+
+    return fused_bisect(scores, alpha, groups, n_iter or bisect_iterations(scores.dtype))
+
+
 def _dense_fill(scores: Tensor, groups: DenseGroups) -> Tensor:
-    # A finite fill (not -inf) keeps fully masked rows finite inside the entmax package.
-    return groups.fill(scores, torch.finfo(scores.dtype).min)
+    # A finite fill (not -inf) keeps masked keys out of the support; a fully masked row is filled
+    # with zeros instead (the package gives NaN on a row of dtype minima, and NaN alpha gradients).
+    filled = groups.fill(scores, torch.finfo(scores.dtype).min)
+    if groups.empty_rows:
+        filled = filled.masked_fill(~groups.mask.any(-1, keepdim=True), 0.0)
+    return filled
 
 
 class Entmax(Normalizer):
@@ -71,6 +88,9 @@ class Entmax(Normalizer):
 
     def normalize(self, scores: Tensor, groups, keys=None, key_index=None) -> Tensor:
         alpha = self._alpha_for(scores, groups)
+        fused = _fused(scores, alpha, groups, self.n_iter)
+        if fused is not None:
+            return fused
         if isinstance(groups, DenseGroups):
             shape = list(scores.shape)
             shape[-1] = 1
@@ -83,7 +103,7 @@ class Entmax(Normalizer):
 
 
 class _FixedEntmax(Normalizer):
-    """Shared body of the fixed-alpha variants: exact dense op, bisection edge-wise."""
+    """Shared body of the fixed-alpha variants: exact dense op, bisection edge-wise (fused where it applies)."""
 
     alpha_value: float
 
@@ -92,6 +112,9 @@ class _FixedEntmax(Normalizer):
         self.n_iter = n_iter
 
     def normalize(self, scores: Tensor, groups, keys=None, key_index=None) -> Tensor:
+        fused = _fused(scores, self.alpha_value, groups, self.n_iter)
+        if fused is not None:
+            return fused
         if isinstance(groups, DenseGroups):
             return groups.zero_masked(self.dense_op(_dense_fill(scores, groups), dim=-1))
         return entmax_bisect_groups(scores, self.alpha_value, groups, self.n_iter)

@@ -16,6 +16,8 @@ Inputs are ``samples[S, N, C]`` (S Monte Carlo samples of N predictions over C c
 """
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import torch
 from scipy import stats
@@ -54,7 +56,9 @@ def ttest_uncertain(scores: Tensor, p_threshold: float = 0.05) -> Tensor:
     top2 = scores.mean(0).topk(2, dim=-1).indices  # [N, 2]
     picked = scores.gather(-1, top2.unsqueeze(0).expand(scores.shape[0], -1, -1))  # [S, N, 2]
     diff = (picked[..., 0] - picked[..., 1]).double().cpu().numpy()  # [S, N]
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings():
+        # scipy warns of precision loss for (nearly) constant differences, handled just below
+        warnings.filterwarnings("ignore", "Precision loss occurred", RuntimeWarning)
         p_value = stats.ttest_1samp(diff, 0.0, axis=0).pvalue
     constant = np.isnan(p_value)
     p_value[constant] = np.where(np.abs(diff[0, constant]) > 0, 0.0, 1.0)

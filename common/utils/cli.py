@@ -1,7 +1,7 @@
 """The command-line options every training CLI shares, and their mapping onto config keys.
 
 Each domain's ``train`` takes ``--data-root``, ``--out``, ``--config``, ``--device``,
-``--no-progress`` and any number of ``key=value`` config overrides (anywhere on the line,
+``--threads``, ``--no-progress`` and any number of ``key=value`` config overrides (anywhere on the line,
 between options too);
 domain options (``--attention``, ``--dataset`` ...) are added to the returned parser and
 become overrides through :func:`overrides_from`.
@@ -29,6 +29,8 @@ def training_parser(prog: str, description: str, defaults: str, example: str,
     parser.add_argument("--out", help=out_help)
     parser.add_argument("--config", help="a YAML file merged over the packaged config")
     add_device_option(parser)
+    parser.add_argument("--threads", type=int, help="torch threads (default: the config's train.num_threads, "
+                                                     "else torch's; 1 on a busy shared CPU)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.add_argument("overrides", nargs="*", metavar="key=value")
     return parser
@@ -56,8 +58,11 @@ def runtime_from(args: argparse.Namespace):
     return Runtime.create(args.device, args.precision, threads=args.threads)
 
 
-def overrides_from(args: argparse.Namespace, options: Optional[Mapping[str, Any]] = None) -> list[str]:
-    """``args.overrides`` then ``key=value`` for ``--data-root``/``--out``/``--device`` and each of
-    ``options`` (config key -> value from a domain option) that was given; named options win."""
-    given = {"data_root": args.data_root, "out_dir": args.out, "device": args.device, **(options or {})}
+def overrides_from(args: argparse.Namespace, options: Optional[Mapping[str, Any]] = None,
+                   threads_key: str = "train.num_threads") -> list[str]:
+    """``args.overrides`` then ``key=value`` for ``--data-root``/``--out``/``--device``/``--threads``
+    (config key ``threads_key``) and each of ``options`` (config key -> value from a domain
+    option) that was given; named options win."""
+    given = {"data_root": args.data_root, "out_dir": args.out, "device": args.device,
+             threads_key: getattr(args, "threads", None), **(options or {})}
     return list(args.overrides) + [f"{key}={value}" for key, value in given.items() if value is not None]

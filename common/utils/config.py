@@ -6,13 +6,25 @@ Every domain keeps its defaults in ``<package>/configs/*.yaml``; a run resolves
 
 with omegaconf. The packaged config is put in struct mode first, so a misspelt key in a
 user file or on the command line is an error that names the key, not a silent no-op.
+
+Every value a layer sets is checked against the packaged one, which is the schema: a number
+where the packaged value is a number (an integer where it is an integer), a boolean for a
+boolean, a list for a list, a mapping for a mapping (``null`` packaged values take anything).
+Then :data:`RULES` (and a domain's own rules) check ranges and choices of the keys a config
+has. Each error is one line naming the key, the bad value and what is expected::
+
+    command line: kl.weight='abc': expected a number (float), got a string
+    seeds=0: expected an integer >= 1
 """
 from __future__ import annotations
 
+import dataclasses
+import math
 from importlib import resources
-from typing import Any, Dict, Iterable, Optional, Sequence
+from pathlib import Path
+from typing import Any, Dict, Iterable, Mapping, Optional, Sequence
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 
@@ -36,18 +48,150 @@ def parse_overrides(overrides: Sequence[str]) -> DictConfig:
         raise ValueError(f"bad override in {list(overrides)}: use key=value, e.g. optim.lr=0.01 ({err})") from err
 
 
+def load_user_config(config_file: str) -> DictConfig:
+    """The ``--config`` YAML file; a one-line error when it is missing or is not a YAML mapping."""
+    path = Path(config_file).expanduser()
+    if not path.is_file():
+        raise ValueError(f"--config {config_file}: no such file")
+    try:
+        cfg = OmegaConf.load(path)
+    except Exception as err:  # yaml's and omegaconf's parse errors
+        raise ValueError(f"--config {config_file}: not a valid YAML file ({str(err).splitlines()[0]})") from err
+    if not isinstance(cfg, DictConfig):
+        raise ValueError(f"--config {config_file}: expected a mapping of config keys, e.g. 'optim: {{lr: 0.01}}'")
+    return cfg
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    """Allowed values of one config key: a closed range ``[low, high]`` (``low_open`` excludes
+    ``low``) or a set of ``choices``. ``null`` passes: whether a key may be null is the type
+    check's call (only keys packaged as ``null`` may be)."""
+
+    low: Optional[float] = None
+    high: Optional[float] = None
+    low_open: bool = False
+    choices: Optional[Sequence[str]] = None
+
+    def problem(self, value: Any) -> Optional[str]:
+        """What is wrong with ``value`` (None: nothing)."""
+        if value is None:
+            return None
+        if self.choices is not None:
+            return None if value in self.choices else f"expected one of {', '.join(map(str, self.choices))}"
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return "expected a number"
+        too_low = self.low is not None and (value <= self.low if self.low_open else value < self.low)
+        if too_low or (self.high is not None and value > self.high) or (isinstance(value, float) and math.isnan(value)):
+            bounds = [f"{'>' if self.low_open else '>='} {self.low:g}"] if self.low is not None else []
+            bounds += [f"<= {self.high:g}"] if self.high is not None else []
+            return f"expected a number {' and '.join(bounds)}"
+        return None
+
+
+def at_least(low: float) -> Rule:
+    return Rule(low=low)
+
+
+POSITIVE = Rule(low=0, low_open=True)
+PROBABILITY = Rule(low=0, high=1)
+
+#: Ranges and choices of the keys several domains share; each applies where a config has the key.
+RULES: Dict[str, Rule] = {
+    "seeds": at_least(1), "first_seed": at_least(0), "seed": at_least(0),
+    "optim.lr": POSITIVE, "optim.weight_decay": at_least(0), "optim.label_smoothing": Rule(low=0, high=1),
+    "kl.weight": at_least(0), "kl.warmup": at_least(0), "kl.schedule": Rule(choices=("constant", "linear", "sigmoid")),
+    "model.dropout": PROBABILITY, "model.value_dropout": PROBABILITY,
+    "train.precision": Rule(choices=("fp32", "bf16", "fp16")), "train.patience": at_least(0),
+    "train.max_epochs": at_least(1), "train.max_steps": at_least(1), "train.epochs": at_least(1),
+    "train.batch_size": at_least(1), "train.eval_batch_size": at_least(1), "train.num_workers": at_least(0),
+    "train.num_threads": at_least(1), "train.threads": at_least(1),
+    "train.log_every": at_least(1), "train.eval_every": at_least(0),
+}
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a boolean (true or false)"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a number (float)"
+    if isinstance(value, (list, ListConfig)):
+        return "a list"
+    if isinstance(value, (dict, DictConfig)):
+        return "a mapping"
+    if value is None:
+        return "nothing"
+    return "a string"
+
+
+def _fits(schema: Any, value: Any) -> bool:
+    """Whether ``value`` may replace the packaged ``schema`` value."""
+    if schema is None:
+        return True
+    if isinstance(schema, bool):
+        return isinstance(value, bool)
+    if isinstance(schema, int):
+        return isinstance(value, int) and not isinstance(value, bool)
+    if isinstance(schema, float):
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if isinstance(schema, ListConfig):
+        return value is None or isinstance(value, (list, ListConfig))
+    if isinstance(schema, DictConfig):
+        return value is None or isinstance(value, (dict, DictConfig))
+    return not isinstance(value, (list, dict, ListConfig, DictConfig))  # a string: any scalar or null
+
+
+def check_types(cfg: DictConfig, layer: DictConfig, source: str) -> None:
+    """Every value ``layer`` sets has the type of the value it replaces in ``cfg`` (see the module
+    docstring); keys ``cfg`` lacks are left to the merge (unknown, or under an open key)."""
+    for key, value in _flatten(OmegaConf.to_container(layer, resolve=False)).items():
+        node, parts = cfg, key.split(".")
+        for depth, part in enumerate(parts, 1):
+            if not isinstance(node, DictConfig) or part not in node:
+                break
+            node = node[part]
+            if depth == len(parts) or not isinstance(node, DictConfig):
+                given = value if depth == len(parts) else OmegaConf.select(layer, ".".join(parts[:depth]))
+                if isinstance(given, (DictConfig, ListConfig)):
+                    given = OmegaConf.to_container(given)
+                if not _fits(node, given):
+                    example = "" if isinstance(node, (DictConfig, ListConfig)) else f" like {node!r}"
+                    raise ValueError(f"{source}: {'.'.join(parts[:depth])}={'' if given is None else repr(given)}: "
+                                     f"expected {_kind(node)}"
+                                     f"{example}, got {_kind(given)}")
+                break
+
+
+def check_rules(cfg: DictConfig, rules: Mapping[str, Rule] = RULES) -> None:
+    """Every key of ``rules`` that ``cfg`` has holds an allowed value."""
+    for key, rule in rules.items():
+        node = cfg
+        for part in key.split("."):
+            if not isinstance(node, DictConfig) or part not in node:
+                break
+            node = node[part]
+        else:
+            problem = rule.problem(node)
+            if problem:
+                raise ValueError(f"{key}={node!r}: {problem}")
+
+
 def layer_configs(
     base: DictConfig,
     config_file: Optional[str] = None,
     overrides: Sequence[str] = (),
     open_keys: Iterable[str] = (),
     defaults_name: str = "the packaged config",
+    rules: Optional[Mapping[str, Rule]] = None,
 ) -> DictConfig:
-    """Merge a user YAML and then ``key=value`` overrides over ``base``.
+    """Merge a user YAML and then ``key=value`` overrides over ``base``; check the result.
 
     ``open_keys`` are dotted paths (e.g. ``attention.options``) under which new keys are
     allowed; everywhere else an unknown key raises, naming ``defaults_name`` for the list
-    of known keys.
+    of known keys. Values are checked against ``base``'s types and against :data:`RULES`
+    plus ``rules`` (a domain's own ranges and choices).
     """
     cfg = base.copy()
     OmegaConf.set_struct(cfg, True)
@@ -57,13 +201,17 @@ def layer_configs(
             OmegaConf.set_struct(node, False)
     layers = []
     if config_file:
-        layers.append((f"--config {config_file}", OmegaConf.load(config_file)))
+        layers.append((f"--config {config_file}", load_user_config(config_file)))
     layers.append(("command line", parse_overrides(overrides)))
     for source, layer in layers:
+        check_types(cfg, layer, source)
         try:
             cfg = OmegaConf.merge(cfg, layer)
         except OmegaConfBaseException as err:
             raise ValueError(f"{source}: {getattr(err, 'msg', err)}. Known keys are those of {defaults_name}") from err
+    from common.attention import available  # the registry of variants, checked before anything is built
+
+    check_rules(cfg, {**RULES, "attention.name": Rule(choices=available()), **(rules or {})})
     return cfg
 
 
@@ -97,4 +245,4 @@ def check_resumable(saved: Dict[str, Any], config: Dict[str, Any], resumable: It
     if changes:
         listed = "; ".join(f"{key}: {a!r} -> {b!r}" for key, (a, b) in changes.items())
         raise ValueError(f"{run_dir} holds a run with a different config ({listed}); choose another output "
-                         f"directory or delete it to start over (only {', '.join(resumable)} may change on resumption)")
+                         f"directory (--out) or delete it to start over (only {', '.join(resumable)} may change on resumption)")

@@ -46,3 +46,13 @@ def atomic_write_json(path: PathLike, obj: Any, indent: int = 2) -> Path:
 def atomic_save(obj: Any, path: PathLike) -> Path:
     """``torch.save(obj, path)``, atomically."""
     return _atomic(path, lambda f: torch.save(obj, f), "wb")
+
+
+def atomic_save_figure(fig: Any, path: PathLike, dpi: int = 110) -> Path:
+    """Save a matplotlib ``fig`` as a PNG at ``path`` atomically and close it."""
+    try:
+        return _atomic(path, lambda f: fig.savefig(f, dpi=dpi, format="png"), "wb")
+    finally:
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)

@@ -18,10 +18,24 @@ def cache_dir() -> Path:
     return Path(base).expanduser() / "attention-suite"
 
 
+class DataRootError(ValueError):
+    """A data root given by ``--data-root`` or ``$ATTN_DATA_ROOT`` that is not a directory."""
+
+
 def default_data_root(explicit: Optional[str] = None) -> Path:
-    """The data root: ``explicit`` if given, else ``$ATTN_DATA_ROOT``, else ``cache_dir()/data``."""
+    """The data root: ``explicit`` if given, else ``$ATTN_DATA_ROOT``, else ``cache_dir()/data``.
+
+    A root the user named must exist: a mistyped path is an error, never a directory created
+    (and downloaded into) as a side effect. Only the default cache directory is created on demand.
+    """
     if explicit:
-        return Path(explicit).expanduser()
-    if os.environ.get(DATA_ROOT_ENV):
-        return Path(os.environ[DATA_ROOT_ENV]).expanduser()
-    return cache_dir() / "data"
+        root, source = Path(explicit).expanduser(), f"--data-root {explicit}"
+    elif os.environ.get(DATA_ROOT_ENV):
+        root, source = Path(os.environ[DATA_ROOT_ENV]).expanduser(), f"${DATA_ROOT_ENV}={os.environ[DATA_ROOT_ENV]}"
+    else:
+        return cache_dir() / "data"
+    if not root.is_dir():
+        raise DataRootError(f"{source}: {'not a directory' if root.exists() else 'no such directory'} "
+                            "(nothing was created); point it at the directory holding planetoid/, mt/, coco/ or "
+                            "vqa/, or create it first for downloads to go there")
+    return root

@@ -16,6 +16,6 @@ def coco_fixture(tmp_path_factory) -> dict:
 @pytest.fixture
 def tiny_overrides():
     """Config overrides of a small, dropout-free Att2in that memorises the fixture in seconds."""
-    return lambda root, out: [f"data_root={root}", f"out_dir={out}", "model.embed_dim=64", "model.rnn_size=64",
+    return lambda root, out: [f"data_root={root}", "data.prepared=coco/prepared", f"out_dir={out}", "model.embed_dim=64", "model.rnn_size=64",
             "model.att_hidden=64", "model.dropout=0.0", "optim.lr=5e-3", "optim.decay_start=-1",
             "scheduled_sampling.start=-1", "train.batch_size=5", "train.num_workers=0", "train.num_threads=1"]

@@ -8,7 +8,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from captioning import train
-from captioning.config import data_path, load_config
+from captioning.config import data_path, load_config, prepared_dir
 from captioning.data import CaptionCorpus, CaptionDataset, collate
 from captioning.evaluate import load_checkpoint
 from common.features import RegionFeatureStore
@@ -34,7 +34,7 @@ def validation_nll(checkpoint: Path, cfg, runtime: Runtime) -> float:
     """Mean NLL per word of the validation captions under the checkpoint's model (eval mode)."""
     model, _, vocab = load_checkpoint(checkpoint)
     model.to(runtime.device).eval()
-    corpus = CaptionCorpus(data_path(cfg, cfg.data.prepared))
+    corpus = CaptionCorpus(prepared_dir(cfg))
     store = RegionFeatureStore(data_path(cfg, cfg.data.features))
     dataset = CaptionDataset(corpus.split("val"), store, vocab, corpus.max_length, seq_per_img=1)
     seed_everything(0)  # the caption drawn per image

@@ -45,8 +45,11 @@ def test_resumed_run_equals_uninterrupted(coco_fixture, tiny_overrides, tmp_path
 
 
 @pytest.mark.realdata
-def test_pipeline_through_the_clis_and_attention_plot(tmp_path, tiny_overrides, attn_data_root):
-    """Anderson's TSV -> convert_features.py -> prepare -> train -> evaluate -> attention plot."""
+def test_pipeline_through_the_clis_and_attention_plot(tmp_path, tiny_overrides, attn_data_root, monkeypatch):
+    """Anderson's TSV -> convert_features.py -> prepare -> train -> evaluate -> attention plot.
+
+    The prepared captions go to the (private) cache, not the data root, and train finds them there."""
+    monkeypatch.setenv("ATTN_CACHE_DIR", str(tmp_path / "cache"))
     root = tmp_path / "data"
     paths = write_karpathy_fixture(root, split_lists=attn_data_root / "coco" / "updown", include_demo_image=True)
     ids = [image["cocoid"] for image in json.loads(paths["dataset"].read_text())["images"]]
@@ -55,8 +58,9 @@ def test_pipeline_through_the_clis_and_attention_plot(tmp_path, tiny_overrides, 
     for command in (["scripts/convert_features.py", "bottom-up-tsv", str(tsv["bottom-up-tsv"]), "--output",
                      str(converted), "--quiet"], ["-m", "captioning.prepare", "--data-root", str(root)]):
         subprocess.run([sys.executable, *command], cwd=REPO, check=True, capture_output=True)
+    assert not (root / "coco" / "prepared").exists() and list((tmp_path / "cache" / "captioning").iterdir())
     run = tmp_path / "run"
-    args = [a for a in tiny_overrides(root, run) if not a.startswith(("data_root", "out_dir"))]
+    args = [a for a in tiny_overrides(root, run) if not a.startswith(("data_root", "out_dir", "data.prepared"))]
     assert train.main(["--attention", "bam-wc", "--data-root", str(root), "--out", str(run), "--no-progress",
                        "train.epochs=2", "eval.metrics=[bleu,cider]", f"data.features={converted}", *args]) == 0
     assert evaluate.main([str(run), "--split", "test", "--beam-size", "3", "--metrics", "bleu", "cider",
@@ -83,11 +87,13 @@ def test_box_heatmap_sums_weights_of_covering_boxes():
     assert torch.equal(torch.from_numpy(heat), expected)
 
 
-def test_config_typos_are_errors(capsys):
+def test_config_typos_are_errors(capsys, tmp_path):
     with pytest.raises(ValueError, match="att2in.yaml"):
         load_config("softmax", ["optim.learning_rate=1"])
-    assert train.main(["--data-root", "/nonexistent", "--no-progress"]) == 2
+    assert train.main(["--data-root", str(tmp_path), "--no-progress", "data.prepared=coco/prepared"]) == 2
     assert "captioning.prepare" in capsys.readouterr().err
+    assert train.main(["--data-root", str(tmp_path / "typo"), "--no-progress"]) == 2
+    assert "no such directory (nothing was created)" in capsys.readouterr().err and not (tmp_path / "typo").exists()
 
 
 def test_plot_without_prior_has_one_panel_per_word(tmp_path):

@@ -36,3 +36,71 @@ def test_config_changes_name_each_differing_key_except_resumable_ones():
     with pytest.raises(ValueError, match=r"runs/x holds a run with a different config \(model.layers: None -> 2; "
                                          r"optim.lr: 0.1 -> 0.2\)"):
         check_resumable(saved, other, ["train"], "runs/x")
+
+
+BASE = {"seeds": 10, "optim": {"lr": 0.005, "betas": [0.9, 0.98]}, "kl": {"weight": 0.0, "schedule": "constant"},
+        "train": {"sparse": True, "max_epochs": 100, "num_threads": None, "precision": "fp32"},
+        "model": {"heads": 8}, "attention": {"name": "softmax", "options": {}}}
+
+
+@pytest.mark.parametrize("override, message", [
+    ("kl.weight=abc", "command line: kl.weight='abc': expected a number (float) like 0.0, got a string"),
+    ("optim.lr=", "command line: optim.lr=: expected a number (float) like 0.005, got nothing"),
+    ("train.max_epochs=1.5", "command line: train.max_epochs=1.5: expected an integer like 100, got a number (float)"),
+    ("train.sparse=3", "command line: train.sparse=3: expected a boolean (true or false) like True, got an integer"),
+    ("optim.betas=0.9", "command line: optim.betas=0.9: expected a list, got a number (float)"),
+    ("model=3", "command line: model=3: expected a mapping, got an integer"),
+    ("model.heads.k=3", "command line: model.heads={'k': 3}: expected an integer like 8, got a mapping"),
+    ("seeds=0", "seeds=0: expected a number >= 1"),
+    ("seeds=-1", "seeds=-1: expected a number >= 1"),
+    ("optim.lr=0", "optim.lr=0: expected a number > 0"),
+    ("kl.schedule=cosine", "kl.schedule='cosine': expected one of constant, linear, sigmoid"),
+    ("train.precision=fp8", "train.precision='fp8': expected one of fp32, bf16, fp16"),
+    ("train.num_threads=abc", "train.num_threads='abc': expected a number"),
+])
+def test_each_bad_override_names_the_key_the_value_and_what_is_expected(override, message):
+    with pytest.raises(ValueError) as err:
+        layer_configs(OmegaConf.create(BASE), overrides=[override], open_keys=["attention.options"])
+    assert str(err.value) == message
+
+
+def test_good_values_pass_the_type_and_range_checks():
+    cfg = layer_configs(OmegaConf.create(BASE), overrides=[
+        "optim.lr=1", "kl.weight=0.5", "train.num_threads=2", "train.num_threads=null", "optim.betas=[0.8,0.9]",
+        "attention.options.k=3", "attention.name=bam-wc", "kl.schedule=sigmoid"], open_keys=["attention.options"])
+    assert cfg.optim.lr == 1 and cfg.train.num_threads is None and cfg.attention.options.k == 3
+
+
+def test_a_domain_adds_its_own_rules():
+    from common.utils.config import Rule
+    with pytest.raises(ValueError, match=r"^model.heads=3: expected one of 1, 2, 4, 8$"):
+        layer_configs(OmegaConf.create(BASE), overrides=["model.heads=3"], rules={"model.heads": Rule(choices=(1, 2, 4, 8))})
+
+
+def test_config_file_errors_are_one_line(tmp_path):
+    with pytest.raises(ValueError, match=r"^--config missing.yaml: no such file$"):
+        layer_configs(OmegaConf.create(BASE), "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("optim: [unclosed\n")
+    with pytest.raises(ValueError, match="not a valid YAML file"):
+        layer_configs(OmegaConf.create(BASE), str(bad))
+    scalar = tmp_path / "scalar.yaml"
+    scalar.write_text("- 1\n")
+    with pytest.raises(ValueError, match="expected a mapping of config keys"):
+        layer_configs(OmegaConf.create(BASE), str(scalar))
+    typed = tmp_path / "typed.yaml"
+    typed.write_text("kl:\n  weight: high\n")
+    with pytest.raises(ValueError, match=rf"^--config {typed}: kl.weight='high': expected a number"):
+        layer_configs(OmegaConf.create(BASE), str(typed))
+
+
+@pytest.mark.parametrize("name, loader", [
+    ("gat", lambda: __import__("graphattn.config").config.load_config("cora", "bam-wc")),
+    ("lstm-cpu", lambda: __import__("mt.config").config.load_config("lstm-cpu")),
+    ("transformer-base", lambda: __import__("mt.config").config.load_config("transformer-base")),
+    ("att2in", lambda: __import__("captioning.config").config.load_config()),
+    ("mcan", lambda: __import__("vqa.train").train.load_config()),
+    ("lxmert", lambda: __import__("vqa.lxmert.train").lxmert.train.load_config("bam")),
+])
+def test_packaged_configs_pass_their_own_checks(name, loader):
+    assert loader() is not None

@@ -182,3 +182,23 @@ def test_multihead_bam_trains_through_the_fused_path():
     (out.square().mean() + aux.total()).backward()
     assert all(torch.isfinite(p.grad).all() for p in layer.parameters())
     assert layer.attend.normalizer.prior_net.hidden.weight.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("name", ["bam-wc", "bam-lc"])
+@pytest.mark.parametrize("options", [{"prior_per_head": True}, {"prior_scope": "all"}], ids=["per-head", "all-keys"])
+def test_official_prior_options_give_the_materialised_kl(name, options, monkeypatch):
+    """Per-head prior networks and a prior normalised over every key (masked ones included) give
+    the materialised KL through the fused path (its sums run over the visible keys either way)."""
+    q, k, v, mask, _ = _inputs()
+    attend = Attend(H, D, {"normalizer": name, "normalizer_options": options}).eval()  # posterior mean
+    results = []
+    for fused in ("1", "0"):
+        monkeypatch.setenv("ATTN_FUSED_BAM", fused)
+        with attention.aux_losses() as aux:
+            out, _ = attend(q[:2], k[:2], v[:2], mask=mask[:2])
+        results.append((out, aux.total(), torch.autograd.grad(aux.total(), list(attend.parameters()))))
+    (out, kl, grads), (ref_out, ref_kl, ref_grads) = results
+    torch.testing.assert_close(out, ref_out, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(kl, ref_kl, rtol=1e-5, atol=1e-6)
+    for got, ref in zip(grads, ref_grads):
+        torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-5)  # the bias of an all-key prior: 0 up to roundoff

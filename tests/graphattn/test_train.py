@@ -50,7 +50,8 @@ def test_short_bam_training_beats_chance_and_evaluates(attn_data_root, tmp_path,
     assert [(out / f"seed{s}.pt").stat().st_mtime_ns for s in (0, 1)] == stamps
     # ... but refuses a checkpoint trained with another config.
     assert train.main(args[:-2] + ["kl.weight=0.2"]) == 2
-    assert "different config" in capsys.readouterr().err
+    err = capsys.readouterr().err  # the shared guard: names each changed key and the --out flag
+    assert "holds a run with a different config (kl.weight: 0.1 -> 0.2" in err and "another output directory (--out)" in err
 
     report = out / "eval.json"
     assert evaluate.main([str(out), "--mc-samples", "4", "--out", str(report)]) == 0
@@ -94,3 +95,17 @@ def test_short_cora_run_logs_curves_to_jsonl_and_tensorboard(attn_data_root, tmp
 def test_overrides_may_come_between_options():
     args = train.parse_args(["--dataset", "Cora", "--no-progress", "optim.lr=0.01", "--seeds", "2", "kl.weight=0.5"])
     assert args.overrides == ["optim.lr=0.01", "kl.weight=0.5"] and args.seeds == 2 and args.dataset == "Cora"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--seeds", "0"], "error: seeds=0: expected a number >= 1"),
+    (["--seeds", "-1"], "error: seeds=-1: expected a number >= 1"),
+    (["kl.weight=abc"], "error: command line: kl.weight='abc': expected a number (float) like 0.0, got a string"),
+    (["optim.lr="], "error: command line: optim.lr=: expected a number (float) like 0.005, got nothing"),
+    (["--config", "missing.yaml"], "error: --config missing.yaml: no such file"),
+])
+def test_bad_command_lines_give_one_line_errors_and_write_nothing(argv, message, tmp_path, capsys):
+    assert train.main([*argv, "--out", str(tmp_path / "run")]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == message + "\n" and captured.out == ""
+    assert not (tmp_path / "run").exists()

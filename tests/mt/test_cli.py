@@ -46,7 +46,9 @@ def test_train_resume_evaluate_translate(tiny_root, tmp_path, capsys, monkeypatc
 
     assert evaluate.main([str(straight), "--split", "val", "--beam", "1", "--average", "2",
                           "--data-root", str(tiny_root)]) == 0
-    assert "SacreBLEU" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "SacreBLEU" in printed and printed.splitlines()[-3:] == [
+        "files written:", f"  {straight / 'eval_val_avg2_beam1.json'}", f"  {straight / 'eval_val_avg2_beam1.hyp.txt'}"]
     record = json.loads((straight / "eval_val_avg2_beam1.json").read_text())
     assert record["sentences"] == 12 and record["average_last"] == 2
     assert len((straight / "eval_val_avg2_beam1.hyp.txt").read_text().splitlines()) == 12

@@ -110,6 +110,6 @@ def test_glove_vectors_reach_the_run(vqa_fixture, tmp_path, capsys):
     vocab = Vocabulary(["is", "the", "zebra"], specials=("<pad>", "<unk>"))
     vectors = vqa_train.word_vectors(cfg, vocab, DistEnv())
     assert torch.equal(vectors[vocab.index("is")], torch.full((16,), 0.5)) and not vectors[vocab.index("zebra")].any()
-    assert "GloVe: vectors for 66.7% of 5 question words" in capsys.readouterr().out
+    assert "GloVe: vectors for 66.7% of 5 question words" in capsys.readouterr().err
     with pytest.raises(ValueError, match="model.word_dim=300; set model.word_dim=16"):
         vqa_train.word_vectors(vqa_train.load_config([f"data.glove={glove}"]), vocab, DistEnv())

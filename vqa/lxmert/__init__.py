@@ -4,7 +4,7 @@ Representations*): ``transformers.LxmertModel`` with its attention modules swapp
 LayerDrop over its three layer stacks, with every-other pruning at inference.
 
     python -m vqa.lxmert.train --variant span --pretrained <hf-dir>      # fine-tune
-    python -m vqa.lxmert.evaluate --run runs/lxmert/span                 # evaluate, write a submission
+    python -m vqa.lxmert.evaluate runs/lxmert/span                 # evaluate, write a submission
 """
 from .adapt import Adaptation, LayerDropOptions, SpanOptions, adapt_lxmert, adaptive_attention, pruned_layers
 from .attention import AdaptiveLxmertAttention

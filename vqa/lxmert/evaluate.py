@@ -1,6 +1,6 @@
 """Evaluate a fine-tuned LXMERT run on a split; write predictions (official format) and accuracy.
 
-    python -m vqa.lxmert.evaluate --run runs/lxmert/layerdrop [--split val|test] [--no-prune] [--data-root DIR]
+    python -m vqa.lxmert.evaluate runs/lxmert/layerdrop [--split val|test] [--no-prune] [--data-root DIR]
 
 Reads the run's ``config.json``, ``lxmert_config.json``, ``answers.json`` and newest checkpoint.
 Writes ``<run>/<split>_predictions.json`` (``[{"question_id", "answer"}]``, the format the VQA
@@ -21,7 +21,7 @@ from omegaconf import OmegaConf
 from torch.utils.data import DataLoader
 from transformers import LxmertConfig
 
-from common.utils import Checkpointer, atomic_write_json, results_record
+from common.utils import Checkpointer, atomic_write_json, console, results_record
 from common.utils.cli import add_runtime_options, runtime_from
 from common.utils.runtime import DeviceError, Runtime
 from vqa.answers import AnswerVocab, answers_of
@@ -38,7 +38,7 @@ def load_run(run_dir: Path, data_root: Optional[str] = None):
     """The run's config (``data_root`` replaced when given), answers and model with its newest weights."""
     for name in ("config.json", "lxmert_config.json", "answers.json"):
         if not (run_dir / name).is_file():
-            raise FileNotFoundError(f"{run_dir / name} does not exist; --run must be an output directory of "
+            raise FileNotFoundError(f"{run_dir / name} does not exist; the run directory must be an output directory of "
                                     f"python -m vqa.lxmert.train")
     cfg = OmegaConf.create(json.loads((run_dir / "config.json").read_text()))
     if data_root is not None:
@@ -91,7 +91,8 @@ def evaluate_run(run_dir: Path, split: Optional[str] = None, data_root: Optional
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m vqa.lxmert.evaluate", description=__doc__.split("\n")[0])
-    parser.add_argument("--run", required=True, help="output directory of python -m vqa.lxmert.train")
+    parser.add_argument("run", nargs="?", type=Path, help="output directory of python -m vqa.lxmert.train")
+    parser.add_argument("--run", dest="run_option", type=Path, help=argparse.SUPPRESS)  # deprecated spelling
     parser.add_argument("--split", help="a split of data.splits (default: the run's data.eval_split)")
     parser.add_argument("--data-root", help="data root (default: the run's, else $ATTN_DATA_ROOT)")
     parser.add_argument("--no-prune", action="store_true",
@@ -100,15 +101,24 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     add_runtime_options(parser)
     args = parser.parse_args(argv)
+    if args.run_option is not None:
+        if args.run is not None:
+            parser.error("give the run directory once (the positional argument; --run is its deprecated spelling)")
+        print("warning: --run DIR is deprecated; pass the run directory as the first argument, as every other "
+              "evaluate CLI takes it", file=sys.stderr)
+        args.run = args.run_option
+    if args.run is None:
+        parser.error("the run directory (an output directory of python -m vqa.lxmert.train) is required")
     try:
-        record = evaluate_run(Path(args.run), args.split, args.data_root, not args.no_prune, args.batch_size,
+        record = evaluate_run(args.run, args.split, args.data_root, not args.no_prune, args.batch_size,
                               not args.no_progress, runtime_from(args))
     except (VQADataError, DeviceError, FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     accuracy = record["accuracy"]
     summary = f"accuracy {accuracy['overall']:.2f}" if accuracy else "no annotations (predictions only)"
-    print(f"{record['split']}: {record['questions']} questions, {summary} -> {Path(args.run) / ('eval_' + record['split'] + '.json')}")
+    print(f"{record['split']}: {record['questions']} questions, {summary}")
+    console.files_written([args.run / f"eval_{record['split']}.json", args.run / f"{record['split']}_predictions.json"])
     return 0
 
 

@@ -1,6 +1,6 @@
 """FLOPs of LXMERT per configuration, counted with ``torch.utils.flop_counter.FlopCounterMode``.
 
-    python -m vqa.lxmert.flops [--out benchmarks/results/lxmert_flops.json]
+    python -m vqa.lxmert.flops [--out lxmert_flops.json]
 
 counts one forward pass of the VQA model on the real 9-5-5 configuration (hidden 768, 12 heads,
 random weights: FLOPs do not depend on them) for a question of 20 word pieces and 36 regions,
@@ -23,7 +23,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 from transformers import LxmertConfig
 
-from common.utils import atomic_write_json, results_record
+from common.utils import atomic_write_json, console, results_record
 
 from .adapt import Adaptation, LayerDropOptions, pruned_layers
 from .model import build_vqa_model
@@ -68,16 +68,17 @@ def flops_report(config: LxmertConfig, drop: LayerDropOptions, words: int = 20, 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m vqa.lxmert.flops", description=__doc__.split("\n")[0])
-    parser.add_argument("--out", default="benchmarks/results/lxmert_flops.json", help="JSON to write")
+    parser.add_argument("--out", help="also write the report (config, versions) to this JSON file")
     parser.add_argument("--drop", type=int, default=1, help="layers pruned per stack (the paper's p)")
     args = parser.parse_args(argv)
     config = LxmertConfig()  # 9-5-5, hidden 768, 12 heads: the pretrained LXMERT's shape
     drop = LayerDropOptions(language=args.drop, vision=args.drop, cross=args.drop)
     report = flops_report(config, drop)
-    record = results_record({"drop": args.drop}, **report)
-    atomic_write_json(Path(args.out), record)
     print(f"LXMERT {report['layers']}: {report['flops_full'] / 1e9:.3f} GFLOPs; pruned to {report['pruned_layers']}: "
-          f"{report['flops_pruned'] / 1e9:.3f} GFLOPs ({report['reduction_percent']:.2f}% fewer) -> {args.out}")
+          f"{report['flops_pruned'] / 1e9:.3f} GFLOPs ({report['reduction_percent']:.2f}% fewer)")
+    if args.out:  # nothing is written unless asked, and then only there
+        atomic_write_json(Path(args.out), results_record({"drop": args.drop}, **report))
+        console.files_written([args.out])
     return 0
 
 

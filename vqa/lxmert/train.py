@@ -36,12 +36,11 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import torch
 from omegaconf import DictConfig, OmegaConf
 from torch.utils.data import DataLoader
-from tqdm.auto import tqdm
 from transformers import LxmertConfig
 
 from common import attention
 from common.utils import (
-    Checkpointer, MetricsLogger, atomic_write_json, atomic_write_text, environment, results_record,
+    Checkpointer, MetricsLogger, atomic_write_json, atomic_write_text, console, environment, results_record,
     seed_everything,
 )
 from common.utils.cli import overrides_from, training_parser
@@ -119,7 +118,7 @@ def predict(model, loader: DataLoader, runtime: Runtime, prune: bool, adaptation
     ids, logits = [], []
     context = pruned_layers(model, adaptation.layerdrop) if prune and adaptation.layerdrop.active else nullcontext()
     with context, runtime.autocast():
-        for batch in tqdm(loader, desc="eval", leave=False, disable=None if progress else True, mininterval=2.0):
+        for batch in console.progress(loader, desc="eval batch", enabled=progress):
             logits.append(model(**model_inputs(batch, runtime.device)).question_answering_score.float().cpu())
             ids += batch["question_id"].tolist()
     return ids, torch.cat(logits)
@@ -200,13 +199,16 @@ def run(cfg: DictConfig, progress: bool = True) -> Dict:
     state = checkpointer.load_latest(model, optimizer, scheduler, map_location=device, scaler=runtime.scaler)
     step = 0 if state is None else state["step"]
     history: List[Dict] = [] if state is None else state["extra"]["history"]
+    # training time up to the resumed checkpoint, kept across resumptions
+    train_seconds = 0.0 if state is None else state["extra"].get("train_seconds", 0.0)
     schedule = kl_schedule(cfg)
     collect = adaptation.span is not None or cfg.kl.weight > 0
     _drop_metrics_after(out_dir / "metrics.jsonl", step)  # logged by an interrupted attempt past its checkpoint
     logger = MetricsLogger(out_dir)
     if step == 0:
         logger.log(0, **head_parameters(model))
-    start, predictions = time.perf_counter(), {}
+    start = tick = time.perf_counter()
+    predictions = {}
     clip = (lambda: torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip)) \
         if cfg.optim.grad_clip else None
     try:
@@ -217,8 +219,8 @@ def run(cfg: DictConfig, progress: bool = True) -> Dict:
             loader = DataLoader(train_set, batch_sampler=batches, collate_fn=collate, num_workers=cfg.train.num_workers,
                                 generator=_own_generator(cfg.seed), pin_memory=runtime.pin_memory)
             model.train()
-            bar = tqdm(loader, desc=f"epoch {epoch + 1}/{cfg.train.epochs}", leave=False,
-                       disable=None if progress else True, mininterval=2.0)
+            bar = console.progress(loader, desc=f"epoch {epoch + 1}/{cfg.train.epochs} update",
+                                   initial=skip, total=min(steps_per_epoch, skip + total_steps - step), enabled=progress)
             for batch in bar:
                 optimizer.zero_grad(set_to_none=True)
                 target = batch["target"].to(device, non_blocking=True)
@@ -239,7 +241,7 @@ def run(cfg: DictConfig, progress: bool = True) -> Dict:
                                         "train/span_penalty": span_penalty.item(), "train/kl": kl.item(),
                                         "train/kl_weight": kl_weight, "train/lr": scheduler.get_last_lr()[0]},
                                **head_parameters(model))
-                bar.set_postfix(bce=f"{bce.item():.3f}", refresh=False)
+                bar.set_postfix(bce=f"{bce.item():.3f}")
                 epoch_end = step % steps_per_epoch == 0 or step == total_steps
                 if epoch_end:
                     row = {"epoch": epoch, "step": step, "train_bce_last": bce.item()}
@@ -252,8 +254,13 @@ def run(cfg: DictConfig, progress: bool = True) -> Dict:
                         logger.log(step, **{"val/accuracy": row["eval"]["overall"]})
                         model.train()
                     history.append(row)
+                    console.say(f"epoch {epoch + 1}/{cfg.train.epochs} (update {step}): train BCE {bce.item():.4f}"
+                                + (f", {cfg.data.eval_split} accuracy {row['eval']['overall']:.2f}"
+                                   if "eval" in row else ""))
                 if epoch_end or step % cfg.train.checkpoint_every == 0:
-                    checkpointer.save(step, model, optimizer, scheduler, extra={"history": history},
+                    train_seconds, tick = train_seconds + time.perf_counter() - tick, time.perf_counter()
+                    checkpointer.save(step, model, optimizer, scheduler,
+                                      extra={"history": history, "train_seconds": train_seconds},
                                       scaler=runtime.scaler)
             bar.close()
     finally:
@@ -269,7 +276,7 @@ def run(cfg: DictConfig, progress: bool = True) -> Dict:
         parameters=sum(p.numel() for p in model.parameters()),
         pretrained=_load_summary(out_dir / "pretrained.json"),
         plots={k: str(v) for k, v in plots.items() if v is not None},
-        wall_seconds_this_run=time.perf_counter() - start, runtime=runtime.describe(),
+        train_seconds=train_seconds, wall_seconds_this_run=time.perf_counter() - start, runtime=runtime.describe(),
         checkpoint=str(checkpointer.paths()[-1]) if checkpointer.paths() else None)
     results["environment"]["packages"].update(_versions())
     atomic_write_json(out_dir / "results.json", results)
@@ -309,6 +316,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     return parser.parse_intermixed_args(argv)
 
 
+@console.interruptible
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     overrides = overrides_from(args, {"model.pretrained": args.pretrained})
@@ -318,9 +326,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except (VQADataError, PretrainedError, DeviceError, FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    final = results["final_eval"]
+    final, out_dir = results["final_eval"], default_out_dir(cfg)
     accuracy = f"{cfg.data.eval_split} accuracy {final['overall']:.2f}" if final else "no evaluation"
-    print(f"LXMERT {results['variant']}: {results['steps']} updates, {accuracy} -> {default_out_dir(cfg) / 'results.json'}")
+    print(f"LXMERT {results['variant']}: {results['steps']} updates, {results['train_seconds']:.0f} s of training, "
+          f"{accuracy}")
+    console.files_written([out_dir / "results.json", *results["plots"].values(), out_dir / "checkpoints",
+                           out_dir / "metrics.jsonl", out_dir / "config.json",
+                           out_dir / f"{cfg.data.eval_split}_predictions.json"])
     return 0
 
 

@@ -8,7 +8,10 @@ Order of operations (each step only when configured):
 3. predictive or evolving attention with the previous layer's logits (``prev_logits``);
 4. the normalizer (any registered name: softmax, BAM, entmax, ...), with the boolean mask
    (True = attend) and, for a causal call, the lower-triangular mask;
-5. adaptive span (soft mask, renormalised), then convoluted attention;
+5. adaptive span (soft mask, renormalised), then convoluted attention; with softmax and no
+   other operator, a span that covers every key is SDPA, and with token distance in
+   self-attention the keys beyond every head's span are skipped, not computed
+   (:mod:`~common.attention.blocks.trimmed`);
 6. dropout on the weights, then ``weights @ v``.
 
 The record :class:`AttentionMaps` holds the logits after step 3 (``maps.logits``: hand
@@ -33,7 +36,9 @@ from ..maps.conv import CROSS_LAYER
 from ..maps.convoluted import ConvolutedAttention
 from ..maps.position import AbsolutePositionInteraction, RelativePositionInteraction
 from ..maps.span import AdaptiveSpan, position_distance, rank_distance, token_positions
+from ..softmax import Softmax
 from .config import AttendConfig, as_config
+from .trimmed import trimmed_span_attention
 
 
 @dataclass
@@ -144,6 +149,10 @@ class Attend(nn.Module):
             tri = causal_mask(Q, K, q.device)
             full_mask = tri if mask is None else mask & tri
         scale = self.scale if self.scale is not None else q.shape[-1] ** -0.5
+        if not need_maps and query_positions is None and key_positions is None and self._span_only():
+            out = self._span_fast(q, k, v, mask, causal, full_mask, scale)
+            if out is not None:
+                return out, AttentionMaps()
         scores = torch.matmul(q, k.transpose(-1, -2)) * scale
         if self.absolute is not None:
             scores = scores + self.absolute(Q, K)
@@ -183,6 +192,30 @@ class Attend(nn.Module):
                                             (self.cross_layer is not None and not self.first_layer)):
             raise ValueError("causal attention with map convolutions needs Attend(..., decoder=True) so that "
                              "the convolutions read no later query (otherwise future tokens leak)")
+
+    def _span_only(self) -> bool:
+        """Softmax with adaptive span and no other map operator."""
+        return (self.span is not None and isinstance(self.normalizer, Softmax) and self.cross_layer is None
+                and self.convoluted is None and self.absolute is None and self.relative is None)
+
+    def _span_fast(self, q, k, v, mask, causal, full_mask, scale) -> Optional[Tensor]:
+        """The span's output without the full ``[Q, K]`` maps, or ``None`` (take the full path).
+
+        Token or rank distances are at most ``K - 1``: when every head's span covers that, the mask
+        is 1 and the span only renormalises (by ``1 + 1e-8``): SDPA. Otherwise, with token distance
+        in self-attention, the keys beyond every head's span are skipped (:mod:`.trimmed`).
+        """
+        Q, K = q.shape[-2], k.shape[-2]
+        position = self.config.span.distance == "position"
+        if position and Q != K:
+            return None  # the full path explains what is missing
+        if self.span.covers(K - 1):
+            self.span.penalty()
+            return self._sdpa(q, k, v, mask, causal)
+        if position:
+            return trimmed_span_attention(q, k, v, self.span, self.normalizer, scale, full_mask, self.dropout_p,
+                                          self.training)
+        return None
 
     def _span_distance(self, logits, mask, query_positions, key_positions) -> Tensor:
         if self.config.span.distance == "rank":

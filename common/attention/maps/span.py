@@ -23,6 +23,7 @@ What "distance" means (``SpanConfig.distance`` of :class:`~common.attention.bloc
 """
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import torch
@@ -104,6 +105,23 @@ class AdaptiveSpan(nn.Module):
         """Current span ``z * S`` of every head (detached), for logging and plots."""
         return (self.z.detach() * self.max_span).flatten()
 
+    def token_window(self) -> int:
+        """``W``: every head gives exactly zero weight to integer distances ``>= W`` (``W > max zS + R``)."""
+        reach = float(self.z.detach().max()) * self.max_span + self.ramp
+        return math.floor(reach) + 1
+
+    def covers(self, distance: float) -> bool:
+        """Whether every head gives full weight (``m = 1``, no gradient for ``z``) up to ``distance``.
+
+        Half a unit of margin keeps the answer right whatever the dtype the mask is computed in.
+        """
+        return float(self.z.detach().min()) * self.max_span > distance + 0.5
+
+    def penalty(self) -> None:
+        """Add ``loss_coef * S * mean(z)`` to the active aux-loss collector (if any)."""
+        if collecting() and self.loss_coef:
+            add_aux_loss("adaptive_span", self.loss_coef * self.max_span * self.z.mean())
+
     def mask(self, distance: Tensor) -> Tensor:
         """``m_z(x) = clamp((R + z S - x) / R, 0, 1)``; ``distance`` broadcasts against ``[..., heads, q, k]``."""
         z = self.z.to(distance.dtype)
@@ -115,8 +133,7 @@ class AdaptiveSpan(nn.Module):
             raise ValueError(f"span has {self.z.shape[0]} heads; weights must be [..., heads, q, k], "
                              f"got {tuple(weights.shape)}")
         masked = weights * self.mask(distance)
-        if collecting() and self.loss_coef:
-            add_aux_loss("adaptive_span", self.loss_coef * self.max_span * self.z.mean())
+        self.penalty()
         return masked / (masked.sum(-1, keepdim=True) + RENORM_EPS)
 
     @torch.no_grad()

@@ -45,3 +45,17 @@ def test_report_on_the_955_layout_removes_about_the_papers_share():
                                       intermediate_size=256), LayerDropOptions(language=1, vision=1, cross=1))
     assert (report["layers"], report["pruned_layers"]) == ("9-5-5", "8-4-4")
     assert 15 < report["reduction_percent"] < 19          # the paper: 17.54% at hidden 768
+
+
+def test_cli_writes_nothing_unless_asked(tmp_path, monkeypatch, capsys):
+    import json
+
+    from vqa.lxmert import flops
+
+    monkeypatch.setattr(flops, "LxmertConfig", lambda: tiny_config(l_layers=2, r_layers=2, x_layers=2))
+    monkeypatch.chdir(tmp_path)
+    assert flops.main([]) == 0
+    assert "GFLOPs" in capsys.readouterr().out and list(tmp_path.iterdir()) == []
+    assert flops.main(["--out", "flops.json"]) == 0
+    assert capsys.readouterr().out.splitlines()[-2:] == ["files written:", "  flops.json"]
+    assert json.loads((tmp_path / "flops.json").read_text())["layers"] == "2-2-2"

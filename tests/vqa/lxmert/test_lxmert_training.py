@@ -73,10 +73,18 @@ def test_train_cli_resumes_exactly_and_evaluate_reproduces_its_accuracy(vqa_root
                "model.adaptation.span={language: {max_span: 20}}"]
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     assert lxmert_train.main(_train_args(root, straight, *variant, "train.epochs=2")) == 0
+    printed = capsys.readouterr()  # not a terminal: lines, no bars
+    assert "epoch 1/2 (update 4): train BCE" in printed.err and "epoch 2/2 (update 8)" in printed.err
+    summary = printed.out.splitlines()
+    assert summary[0].startswith("LXMERT layerdrop: 8 updates, ") and "val accuracy" in summary[0]
+    assert summary[1] == "files written:" and summary[2] == f"  {straight / 'results.json'}"
+    assert f"  {straight / 'val_predictions.json'}" in summary
     assert lxmert_train.main(_train_args(root, resumed, *variant, "train.epochs=2", "train.max_steps=3")) == 0
+    first_seconds = json.loads((resumed / "results.json").read_text())["train_seconds"]
     with open(resumed / "metrics.jsonl", "a") as f:                     # logged after the checkpoint, then killed
         f.write(json.dumps({"step": 4, "train/loss": 99.0}) + "\n")
     assert lxmert_train.main(_train_args(root, resumed, *variant, "train.epochs=2")) == 0
+    assert json.loads((resumed / "results.json").read_text())["train_seconds"] > first_seconds > 0
     a, b = _weights(straight), _weights(resumed)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     # the training curve of the resumed run is the straight run's: no update logged twice or lost
@@ -95,7 +103,9 @@ def test_train_cli_resumes_exactly_and_evaluate_reproduces_its_accuracy(vqa_root
     assert any("train/span_penalty" in r for r in logged)
 
     capsys.readouterr()
-    assert lxmert_evaluate.main(["--run", str(straight), "--no-progress"]) == 0
+    assert lxmert_evaluate.main([str(straight), "--no-progress"]) == 0
+    assert capsys.readouterr().out.splitlines()[-3:] == [
+        "files written:", f"  {straight / 'eval_val.json'}", f"  {straight / 'val_predictions.json'}"]
     evaluated = json.loads((straight / "eval_val.json").read_text())
     assert evaluated["accuracy"]["overall"] == results["final_eval"]["overall"]
     assert evaluated["pruned"] and evaluated["flops_per_question"] == flops
@@ -104,6 +114,7 @@ def test_train_cli_resumes_exactly_and_evaluate_reproduces_its_accuracy(vqa_root
 
     # the unannotated test split: predictions only, every layer when asked
     assert lxmert_evaluate.main(["--run", str(straight), "--split", "test", "--no-progress", "--no-prune"]) == 0
+    assert "--run DIR is deprecated" in capsys.readouterr().err  # the old spelling still works
     evaluated = json.loads((straight / "eval_test.json").read_text())
     assert evaluated["accuracy"] is None and not evaluated["pruned"]
     assert evaluated["flops_per_question"]["full"] == flops["full"]

@@ -1,0 +1,77 @@
+"""Figures of a ``graphattn.train`` run: learning curves per seed, and accuracy over the seeds.
+
+``curves.png``: training loss and validation accuracy per epoch, one line per seed, a dot at
+each seed's snapshot epoch. ``accuracy.png``: the test and validation accuracy of every seed
+with the mean and +- one sample standard deviation, the numbers of ``results.json``.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Dict, List, Mapping, Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from common.utils import atomic_save_figure  # noqa: E402
+
+CURVE_PANELS = (("train/loss", "training loss (CE + weighted KL)"), ("val/acc", "validation accuracy"))
+
+
+def plot_seed_curves(histories: Mapping[int, Sequence[dict]], best_epochs: Mapping[int, int], path: Path,
+                     title: str = "") -> Path:
+    """One panel per :data:`CURVE_PANELS` entry, one line per seed (``histories[seed]`` are the
+    per-epoch rows of ``metrics.jsonl``); written to ``path``."""
+    fig, axes = plt.subplots(1, len(CURVE_PANELS), figsize=(5 * len(CURVE_PANELS), 3.6))
+    for ax, (key, label) in zip(axes, CURVE_PANELS):
+        for seed, rows in histories.items():
+            points = [(r["step"] + 1, r[key]) for r in rows if isinstance(r.get(key), (int, float))]
+            if not points:
+                continue
+            epochs, values = zip(*points)
+            line, = ax.plot(epochs, values, linewidth=1, marker="o" if len(points) == 1 else None, markersize=3,
+                            label=f"seed {seed}")
+            best = best_epochs.get(seed)
+            if key == "val/acc" and best is not None and best < len(values):
+                ax.plot([best + 1], [values[best]], "o", color=line.get_color(), markersize=4)
+        ax.set_xlabel("epoch")
+        ax.set_title(label)
+        ax.grid(alpha=0.3)
+    if 1 < len(histories) <= 10:
+        axes[-1].legend(fontsize=7)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return atomic_save_figure(fig, path)
+
+
+def plot_seed_accuracy(accuracies: Mapping[str, Sequence[float]], path: Path, title: str = "") -> Path:
+    """Per-seed accuracies (percent) of each split in ``accuracies`` (e.g. ``{"test": [...], "val":
+    [...]}``) as dots, with the mean and +- one sample std (ddof=1) as a bar; written to ``path``."""
+    fig, ax = plt.subplots(figsize=(1.6 + 1.4 * len(accuracies), 3.6))
+    rng = np.random.default_rng(0)  # horizontal jitter only, so that equal accuracies stay visible
+    for i, (split, values) in enumerate(accuracies.items()):
+        values = np.asarray(values, dtype=float)
+        mean = values.mean()
+        std = values.std(ddof=1) if values.size > 1 else 0.0
+        ax.scatter(i + rng.uniform(-0.12, 0.12, values.size), values, s=14, alpha=0.7, zorder=3)
+        ax.errorbar([i + 0.3], [mean], yerr=[std], fmt="s", color="black", capsize=4, zorder=4)
+        ax.annotate(f"{mean:.2f} ± {std:.2f}", (i + 0.38, mean), fontsize=8, va="center")
+    ax.set_xticks(range(len(accuracies)), [f"{split}\n({len(v)} seeds)" for split, v in accuracies.items()])
+    ax.set_xlim(-0.5, len(accuracies) - 0.5 + 0.6)
+    ax.set_ylabel("accuracy (%)")
+    ax.grid(axis="y", alpha=0.3)
+    if title:
+        ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    return atomic_save_figure(fig, path)
+
+
+def plot_run(out_dir: Path, results: Dict, histories: Dict[int, List[dict]], best_epochs: Dict[int, int]) -> List[Path]:
+    """``curves.png`` and ``accuracy.png`` of a run in ``out_dir``."""
+    title = f"GAT {results['attention']} on {results['dataset']}"
+    return [plot_seed_curves(histories, best_epochs, Path(out_dir) / "curves.png", title),
+            plot_seed_accuracy({"test": results["test_acc"]["per_seed"], "val": results["val_acc"]["per_seed"]},
+                               Path(out_dir) / "accuracy.png", title)]

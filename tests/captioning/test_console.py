@@ -1,0 +1,22 @@
+"""``captioning.train`` with its output piped: a line per epoch, the summary and the files written."""
+import json
+
+from captioning import train
+
+
+def test_piped_run_prints_epoch_lines_summary_and_files(coco_fixture, tiny_overrides, tmp_path, capsys):
+    out = tmp_path / "run"
+    overrides = [a for a in tiny_overrides(coco_fixture["root"], out) if not a.startswith(("data_root", "out_dir"))]
+    argv = ["--attention", "softmax", "--data-root", str(coco_fixture["root"]), "--out", str(out), "train.epochs=2",
+            "eval.every=1", "eval.metrics=[cider]", *overrides]
+    assert train.main(argv) == 0
+    captured = capsys.readouterr()
+    err = captured.err.splitlines()
+    assert [line.split(":")[0] for line in err if line.startswith("epoch ") and ": train nll" in line] == \
+        ["epoch 1/2", "epoch 2/2"]
+    assert "\r" not in captured.err
+    stdout = captured.out.splitlines()
+    assert stdout[0].startswith("softmax: best val (epoch ") and "of 2) CIDEr" in stdout[0]
+    assert stdout[1:] == ["files written:", *(f"  {out / name}" for name in ("results.json", "best.pt")),
+                          f"  {out / 'checkpoints'}/", f"  {out / 'metrics.jsonl'}"]
+    assert json.loads((out / "results.json").read_text())["train_seconds"] > 0

@@ -1,0 +1,89 @@
+"""``graphattn.train`` with its output piped: per-seed lines, the summary, Ctrl-C and the resume."""
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def train_command(data_root, out, *extra):
+    return [sys.executable, "-m", "graphattn.train", "--dataset", "Cora", "--seeds", "2", "--data-root",
+            str(data_root), "--out", str(out), "train.num_threads=1", *extra]
+
+
+def environment():
+    return {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "ATTN_PROGRESS_SECONDS": "0"}
+
+
+@pytest.mark.realdata
+def test_sigint_stops_with_a_resume_hint_and_the_same_command_resumes(attn_data_root, tmp_path):
+    out = tmp_path / "run"
+    command = train_command(attn_data_root, out, "train.max_epochs=30", "train.patience=100")
+    proc = subprocess.Popen(command, cwd=tmp_path, env=environment(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    err = []
+    for line in proc.stderr:  # piped: plain progress lines, one per epoch here
+        err.append(line)
+        if line.startswith("seed 1 epoch 2/"):
+            proc.send_signal(signal.SIGINT)
+            break
+    rest_out, rest_err = proc.communicate(timeout=120)
+    err = "".join(err) + rest_err
+    assert proc.returncode == 130, err
+    assert "\r" not in err and "Traceback" not in err
+    assert "seed 0 epoch 30/30 | 100%" in err
+    assert "interrupted at Cora softmax seeds 1/2, seed 1 epoch" in err
+    assert err.rstrip().endswith("re-run the same command to resume")
+    assert (out / "seed0.pt").is_file() and not (out / "seed1.pt").exists()
+
+    done = subprocess.run(command, cwd=tmp_path, env=environment(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "seed 0: test acc" in done.stderr and "(reused)" in done.stderr
+    assert "seed 1: test acc" in done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("Cora softmax: test accuracy") and "over 2 seeds" in lines[0]
+    assert lines[1] == "files written:"
+    assert {Path(line.strip()).name for line in lines[2:]} == {
+        "results.json", "curves.png", "accuracy.png", "seed0.pt", "seed1.pt", "seed0", "seed1"}
+    results = json.loads((out / "results.json").read_text())
+    first = results["train_seconds"]["per_seed"][0]
+    assert first > 0 and results["train_seconds"]["total"] >= first  # seed 0 keeps its original time
+
+
+@pytest.mark.realdata
+def test_evaluate_writes_its_report_and_reliability_diagram_into_the_run_and_explains_them(
+        attn_data_root, tmp_path, capsys):
+    from graphattn import evaluate, train
+
+    out = tmp_path / "run"
+    assert train.main(["--dataset", "Cora", "--seeds", "2", "--data-root", str(attn_data_root), "--out", str(out),
+                       "train.max_epochs=5", "train.num_threads=1"]) == 0
+    capsys.readouterr()
+    assert evaluate.main([str(out), "--mc-samples", "3", "--threads", "1"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    report, figure = out / "evaluation_mc3.json", out / "evaluation_mc3_reliability.png"
+    assert printed[-3:] == ["files written:", f"  {report}", f"  {figure}"]
+    assert printed[0].startswith("mean +- std over checkpoints: test_acc ")
+    assert printed[1].startswith("ECE ") and "mean confidence of the MC-mean (3 samples) predictions" in printed[1]
+    assert "above 0.973 nats" in printed[2] and "PAvPU(entropy) is the error rate" in printed[2]
+    assert "MC dropout keeps the training dropout on (p = 0.6 here)" in printed[3]
+    evaluated = json.loads(report.read_text())
+    assert evaluated["reliability"]["figure"] == str(figure) and figure.read_bytes()[:4] == b"\x89PNG"
+    assert sum(evaluated["reliability"]["bins"]["count"]) == 2 * 1000  # Cora's 1000 test nodes, per seed
+    for entry in evaluated["checkpoints"]:
+        assert entry["mc"]["entropy_threshold"] == pytest.approx(0.5 * __import__("math").log(7))
+        assert 0 <= entry["mc"]["uncertain_entropy"] <= 1
+
+    # one checkpoint, eval mode: its own report name
+    assert evaluate.main([str(out / "seed1.pt"), "--threads", "1"]) == 0
+    assert (out / "evaluation_seed1.json").is_file() and (out / "evaluation_seed1_reliability.png").is_file()
+    capsys.readouterr()
+    # the run's results.json is not a checkpoint: a one-line error pointing at the run directory
+    assert evaluate.main([str(out / "results.json")]) == 2
+    assert capsys.readouterr().err == (f"error: {out / 'results.json'} is not a checkpoint: pass a seed<k>.pt "
+                                       f"checkpoint or the python -m graphattn.train output directory ({out})\n")
