@@ -72,11 +72,13 @@ def dense_kl(
     causal: bool = False,
     prior_logits: Optional[Tensor] = None,
     square_sums: Optional[Tensor] = None,
+    prior_over_all_keys: bool = False,
 ) -> Tensor:
     """The layer's KL from row statistics: ``q [..., H, Q, d]``, ``k [..., H, K, d]``,
     ``lse [..., H, Q]`` (``-inf`` on rows without keys), ``key_mask`` boolean broadcastable to
     ``[..., H, K]`` (True = visible), ``prior_logits [..., H, K]`` (contextual prior),
-    ``square_sums [..., H, Q]`` (Lognormal).
+    ``square_sums [..., H, Q]`` (Lognormal). ``prior_over_all_keys``: the prior is normalised over
+    every key, hidden ones included (BAM's ``prior_scope="all"``); the sums still run over visible keys.
     """
     if not supports(kernel, causal):
         raise ValueError("this KL has no closed form under a causal mask; use the materialised path")
@@ -98,7 +100,7 @@ def dense_kl(
         if kernel.alpha is not None:
             row = beta - kernel.alpha * (q_dot_keys(visible) - n * lse)
         else:
-            log_pi = _masked_log_softmax(prior_logits.to(f64), visible)
+            log_pi = _log_prior(prior_logits.to(f64), visible, prior_over_all_keys)
             log_tiny = math.log(torch.finfo(prior_logits.dtype).tiny)
             alpha = torch.where(visible, (log_pi + math.log(beta)).clamp_min(log_tiny).exp(), 0.0)
             alpha_sum = alpha.sum(-1, keepdim=True)
@@ -112,7 +114,7 @@ def dense_kl(
         if prior_logits is None:
             row = square_sums.to(f64) + 2 * u * qk_sum + n * u.square()
         else:
-            t = torch.where(visible, _masked_log_softmax(prior_logits.to(f64), visible), 0.0)
+            t = torch.where(visible, _log_prior(prior_logits.to(f64), visible, prior_over_all_keys), 0.0)
             t_sum, t_sq = t.sum(-1, keepdim=True), t.square().sum(-1, keepdim=True)
             row = square_sums.to(f64) - 2 * q_dot_keys(t) + t_sq + 2 * u * (qk_sum - t_sum) + n * u.square()
         row = row * kernel.scale
@@ -133,6 +135,11 @@ def _key_sums(x: Tensor, rows: Optional[Tensor]) -> Tensor:
     if rows is None:
         return x.sum(-2, keepdim=True)
     return x.cumsum(-2).index_select(-2, rows)
+
+
+def _log_prior(logits: Tensor, visible: Tensor, over_all_keys: bool) -> Tensor:
+    """``log pi_j``: the log-softmax of the prior logits over the visible keys, or over every key."""
+    return logits.log_softmax(-1) if over_all_keys else _masked_log_softmax(logits, visible)
 
 
 def _masked_log_softmax(logits: Tensor, visible: Tensor) -> Tensor:

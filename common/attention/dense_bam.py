@@ -37,8 +37,9 @@ from .bam_stats import dense_kl, needs_square_sums, supports
 from .functional import lognormal_log_noise, weibull_log_noise
 from .kernels import use_triton
 
-#: Score entries per chunk (``batch x heads x chunk queries x keys``): 8 MiB of float32.
-CHUNK_ELEMENTS = 1 << 21
+#: Score entries per chunk (``batch x heads x chunk queries x keys``): 32 MiB of float32.
+#: Large chunks keep the batched matrix products efficient (many query rows per product).
+CHUNK_ELEMENTS = 1 << 23
 #: The forward pass keeps the chunks' scores and weights for the backward pass while both
 #: together take at most this many bytes (short sequences); longer ones recompute them.
 KEEP_BYTES = 256 << 20
@@ -105,16 +106,18 @@ class _ChunkedNoisyAttention(torch.autograd.Function):
             if want_lse:  # p = softmax(s), LSE_i = max_j s_ij - log max_j p_ij (one fused softmax)
                 p = _fast_softmax(s, empty_rows)
                 lse[..., rows] = _log_normaliser(s, p)
+            s_real = None
             if want_sq:
-                sq[..., rows] = _real(s, visible).square().sum(-1)
+                s_real = _real(s, visible)
+                sq[..., rows] = torch.linalg.vector_norm(s_real, dim=-1).square_()
             noise, keep = sampler.draws(s, index, rows)
             if noise is not None:  # z = s + scale * noise, in the noise's buffer
                 z = torch.add(s, noise, alpha=sampler.noise_scale, out=noise)
             else:
-                z = s.clone() if keep_tiles and want_sq else s
+                z = s
             if keep_tiles:  # the backward pass needs the weights only, not their normaliser
                 weights = _fast_softmax(z, empty_rows)
-                ctx.tiles.append((s if want_sq else None, p, weights, keep))
+                ctx.tiles.append((s_real, p, weights, keep))
             else:
                 weights, norm[..., rows, :] = _softmax(z)
             outs.append(torch.matmul(weights if keep is None else weights * keep, v))
@@ -132,7 +135,7 @@ class _ChunkedNoisyAttention(torch.autograd.Function):
         tiles, ctx.tiles = ctx.tiles, None
         # dk and dv are accumulated transposed, [..., d, K]: a product with a transposed
         # [chunk x d] factor is markedly faster than one with a transposed [chunk x K] factor
-        dqs, dk_t, dv_t = [], 0, 0
+        dqs, dk_t, dv_t = [], None, None
         # sum_j W_ij dW_ij = dO_i . O_i (W includes the dropout mask): the flash-attention identity
         d_norm = (d_out * out).sum(-1, keepdim=True)
         lse_safe = torch.where(torch.isfinite(lse), lse, 0.0).unsqueeze(-1) if ctx.want_lse else None
@@ -140,14 +143,11 @@ class _ChunkedNoisyAttention(torch.autograd.Function):
             q_c = q_scaled[..., rows, :]
             visible = _visible(key_mask, ctx.causal, rows, k.shape[-2], k.device)
             if tiles:
-                s, p, weights, keep = tiles[index]
+                s_real, p, weights, keep = tiles[index]
                 tiles[index] = None
             else:
                 s = _scores(q_c, k, visible)
-            # d S2_i / d s_ij = 2 s_ij and d LSE_i / d s_ij = p_ij = exp(s_ij - LSE_i)
-            d_stats = None
-            if ctx.want_sq and d_sq is not None:
-                d_stats = _real(s, visible) * (2 * d_sq[..., rows, None])
+                s_real = _real(s, visible) if ctx.want_sq else None
             if not tiles:
                 noise, keep = sampler.draws(s, index, rows)
                 z = s.clone() if noise is None else torch.add(s, noise, alpha=sampler.noise_scale, out=noise)
@@ -158,16 +158,25 @@ class _ChunkedNoisyAttention(torch.autograd.Function):
             d_weights = torch.matmul(d_o, v.transpose(-1, -2))
             if keep is not None:
                 d_weights.mul_(keep)
-            dv_t = dv_t + torch.matmul(d_o.transpose(-1, -2).contiguous(), weights if keep is None else weights * keep)
+            dv_t = _accumulate(dv_t, d_o.transpose(-1, -2).contiguous(), weights if keep is None else weights * keep)
             d_s = d_weights.sub_(d_norm[..., rows, :]).mul_(weights)
-            if d_stats is not None:
-                d_s.add_(d_stats)
+            # d LSE_i / d s_ij = p_ij = exp(s_ij - LSE_i) and d S2_i / d s_ij = 2 s_ij
             if ctx.want_lse and d_lse is not None:
                 d_s.addcmul_(p, d_lse[..., rows, None])
+            if ctx.want_sq and d_sq is not None:
+                d_s.addcmul_(s_real, d_sq[..., rows, None], value=2.0)
             dqs.append(torch.matmul(d_s, k).mul_(scale))
-            dk_t = dk_t + torch.matmul(q_c.transpose(-1, -2).contiguous(), d_s)
+            dk_t = _accumulate(dk_t, q_c.transpose(-1, -2).contiguous(), d_s)
         dq = dqs[0] if len(dqs) == 1 else torch.cat(dqs, -2)
         return dq, dk_t.transpose(-1, -2), dv_t.transpose(-1, -2), None, None, None, None, None, None
+
+
+def _accumulate(total: Optional[Tensor], a: Tensor, b: Tensor) -> Tensor:
+    """``total + a @ b`` in place (a fresh ``a @ b`` the first time): no temporary per chunk."""
+    if total is None:
+        return torch.matmul(a, b)
+    total.view(-1, *total.shape[-2:]).baddbmm_(a.reshape(-1, *a.shape[-2:]), b.reshape(-1, *b.shape[-2:]))
+    return total
 
 
 def _chunks(num_queries: int, chunk: int):
@@ -175,8 +184,8 @@ def _chunks(num_queries: int, chunk: int):
 
 
 def _real(s: Tensor, visible: Optional[Tensor]) -> Tensor:
-    """Scores with hidden entries at 0 instead of ``-inf``."""
-    return s if visible is None else s.masked_fill(~visible, 0.0)
+    """Scores with hidden entries at 0 instead of ``-inf`` (a copy: ``s`` is changed in place later)."""
+    return s.clone() if visible is None else s.masked_fill(~visible, 0.0)
 
 
 def _chunk_rows(q: Tensor, k: Tensor) -> int:
@@ -267,7 +276,8 @@ def dense_bam_attention(
             prior = None if norm.prior_net is None else norm.prior_net(kf, head_axis=-3)
             add_aux_loss("bam_kl", dense_kl(kernel, qf, kf, lse, scale=scale, causal=causal, prior_logits=prior,
                                             key_mask=None if key_mask is None else key_mask.squeeze(-2),
-                                            square_sums=sq if want_sq else None))
+                                            square_sums=sq if want_sq else None,
+                                            prior_over_all_keys=norm.prior_scope == "all"))
     return out.to(q.dtype)
 
 
@@ -295,8 +305,7 @@ def fused_bam(attend, q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], c
               need_maps: bool) -> Optional[Tensor]:
     """``Attend``'s output by :func:`dense_bam_attention` when nothing needs the weight matrix, else None.
 
-    Taken outside ``torch.compile`` when the normalizer is BAM (its prior, if contextual, over the
-    visible keys), no map operator is on (position interactions,
+    Taken outside ``torch.compile`` when the normalizer is BAM, no map operator is on (position interactions,
     predictive/evolving, span, convoluted), ``need_maps`` is off, the mask is a key padding
     mask (per-query masks keep the materialised path), and, when the KL is collected, its
     closed form covers the mask (:func:`~common.attention.bam_stats.supports`). In evaluation
@@ -305,7 +314,6 @@ def fused_bam(attend, q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], c
     """
     norm = attend.normalizer
     if (not isinstance(norm, BAM) or need_maps or os.environ.get("ATTN_FUSED_BAM", "1") == "0"
-            or norm.prior_scope != "neighbors"  # a prior normalised over masked keys too
             or torch.compiler.is_compiling()  # torch.compile fuses the materialised path itself
             or any(op is not None for op in (attend.absolute, attend.relative, attend.cross_layer,
                                              attend.span, attend.convoluted))
