@@ -163,8 +163,7 @@ class BAM(Normalizer):
     def normalize(self, scores: Tensor, groups, keys=None, key_index=None, noise: Optional[Tensor] = None) -> Tensor:
         """``noise``: the standard log-noise to use instead of a fresh draw (``log(-log u)`` or
         ``eps``, shaped like ``scores``), e.g. to compare with the fused kernels."""
-        if isinstance(groups, EdgeGroups) and groups.ptr is not None and self.prior_scope == "neighbors" \
-                and use_triton(scores):  # the fused kernel normalises the prior over each segment
+        if isinstance(groups, EdgeGroups) and groups.ptr is not None and use_triton(scores):
             from .kernels.edge_bam import bam_normalize
             return bam_normalize(self, scores, groups, keys, key_index, noise)
         if self.sampling:

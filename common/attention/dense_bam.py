@@ -295,7 +295,8 @@ def fused_bam(attend, q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], c
               need_maps: bool) -> Optional[Tensor]:
     """``Attend``'s output by :func:`dense_bam_attention` when nothing needs the weight matrix, else None.
 
-    Taken when the normalizer is BAM (its prior, if contextual, over the visible keys), no map operator is on (position interactions,
+    Taken outside ``torch.compile`` when the normalizer is BAM (its prior, if contextual, over the
+    visible keys), no map operator is on (position interactions,
     predictive/evolving, span, convoluted), ``need_maps`` is off, the mask is a key padding
     mask (per-query masks keep the materialised path), and, when the KL is collected, its
     closed form covers the mask (:func:`~common.attention.bam_stats.supports`). In evaluation
@@ -305,6 +306,7 @@ def fused_bam(attend, q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], c
     norm = attend.normalizer
     if (not isinstance(norm, BAM) or need_maps or os.environ.get("ATTN_FUSED_BAM", "1") == "0"
             or norm.prior_scope != "neighbors"  # a prior normalised over masked keys too
+            or torch.compiler.is_compiling()  # torch.compile fuses the materialised path itself
             or any(op is not None for op in (attend.absolute, attend.relative, attend.cross_layer,
                                              attend.span, attend.convoluted))
             or not (q.shape[:-2] == k.shape[:-2] == v.shape[:-2])

@@ -100,7 +100,8 @@ def weibull_log_noise(like: Tensor, k: float, generator: Optional[torch.Generato
 
     ``u`` is kept inside ``[tiny, 1 - eps]`` so the noise is always finite.
     """
-    u = torch.rand(like.shape, dtype=like.dtype, device=like.device, generator=generator)
+    u = torch.rand_like(like) if generator is None else \
+        torch.rand(like.shape, dtype=like.dtype, device=like.device, generator=generator)  # *_like: torch.compile
     u.clamp_(torch.finfo(like.dtype).tiny, 1 - torch.finfo(like.dtype).eps)
     noise = u.log_().neg_().log_()
     return noise if k == 1 else noise.div_(k)
@@ -108,7 +109,8 @@ def weibull_log_noise(like: Tensor, k: float, generator: Optional[torch.Generato
 
 def lognormal_log_noise(like: Tensor, sigma: float, generator: Optional[torch.Generator] = None) -> Tensor:
     """``sigma * eps``, eps ~ N(0, 1): the log of a Lognormal(0, sigma^2) sample."""
-    noise = torch.randn(like.shape, dtype=like.dtype, device=like.device, generator=generator)
+    noise = torch.randn_like(like) if generator is None else \
+        torch.randn(like.shape, dtype=like.dtype, device=like.device, generator=generator)
     return noise if sigma == 1 else noise.mul_(sigma)
 
 

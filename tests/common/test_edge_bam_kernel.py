@@ -45,11 +45,11 @@ def run(bam, scores, keys, groups, src, noise, grad_w, mode, monkeypatch):
     return [weights.detach(), kl.detach(), scores.grad, torch.zeros(()) if keys.grad is None else keys.grad, *params]
 
 
-def assert_paths_agree(name, degrees, dtype, monkeypatch, device="cpu"):
+def assert_paths_agree(name, degrees, dtype, monkeypatch, device="cpu", **options):
     """Both paths on the same scores, keys and noise give the same weights, KL and gradients."""
     torch.manual_seed(0)
     index, ptr, src = (t.to(device) for t in graph(degrees))
-    bam = attention.build(name, num_heads=HEADS, key_dim=KEY_DIM).to(device, dtype).train()
+    bam = attention.build(name, num_heads=HEADS, key_dim=KEY_DIM, **options).to(device, dtype).train()
     scores = torch.randn(index.numel(), HEADS, dtype=dtype, device=device) * 3
     keys = torch.randn(len(degrees), HEADS, KEY_DIM, dtype=dtype, device=device)
     noise, grad_w = torch.randn_like(scores), torch.randn_like(scores)
@@ -69,6 +69,12 @@ def test_explicit_noise_gives_the_pytorch_weights_kl_and_gradients(name, degrees
     assert_paths_agree(name, degrees, dtype, monkeypatch)
 
 
+@pytest.mark.parametrize("name", ["bam-wc", "bam-lc"])
+def test_a_prior_over_every_key_gives_the_pytorch_path_too(name, monkeypatch):
+    """``prior_scope="all"`` (the official GAT code's prior): ``log pi`` normalised over all nodes."""
+    assert_paths_agree(name, SMALL, torch.float32, monkeypatch, prior_scope="all")
+
+
 def test_fused_path_is_taken_only_when_asked(monkeypatch):
     from common.attention.kernels import edge_bam as kernels
     calls = []
@@ -82,12 +88,6 @@ def test_fused_path_is_taken_only_when_asked(monkeypatch):
         assert len(calls) == expected
     bam(scores, index=index)  # without a CSR pointer: the PyTorch path
     assert len(calls) == 1
-    everywhere = attention.build("bam-wc", key_dim=4, prior_scope="all").train()  # prior over all nodes
-    num_nodes = ptr.numel() - 1
-    with attention.aux_losses():
-        everywhere(scores, index=index, ptr=ptr, num_nodes=num_nodes, keys=torch.randn(num_nodes, HEADS, 4),
-                   key_index=index)
-    assert len(calls) == 1  # the kernel normalises the prior per segment: the PyTorch path
 
 
 @pytest.mark.parametrize("name,variance", [("bam-wf", math.pi**2 / 6), ("bam-lf", 1.0)])
@@ -127,12 +127,17 @@ def test_philox_noise_has_the_posterior_law_and_is_redrawn_in_backward(name, var
     torch.testing.assert_close(s.grad, grad)
 
 
-@pytest.mark.parametrize("name", ["bam-wc", "bam-lf"])
-def test_eval_mode_gives_softmax_and_the_same_kl(name, monkeypatch):
+def small_case(name, training):
+    """A BAM normalizer, the SMALL graph, scores and per-node keys."""
     torch.manual_seed(0)
     index, ptr, src = graph(SMALL)
-    bam = attention.build(name, num_heads=HEADS, key_dim=KEY_DIM).eval()
-    scores, keys = torch.randn(index.numel(), HEADS), torch.randn(len(SMALL), HEADS, KEY_DIM)
+    bam = attention.build(name, num_heads=HEADS, key_dim=KEY_DIM).train(training)
+    return bam, index, ptr, src, torch.randn(index.numel(), HEADS), torch.randn(len(SMALL), HEADS, KEY_DIM)
+
+
+@pytest.mark.parametrize("name", ["bam-wc", "bam-lf"])
+def test_eval_mode_gives_softmax_and_the_same_kl(name, monkeypatch):
+    bam, index, ptr, src, scores, keys = small_case(name, training=False)
     out = {}
     for mode in "01":
         monkeypatch.setenv("ATTN_TRITON", mode)
@@ -180,3 +185,19 @@ def test_gatconv_runs_the_kernels_and_matches_the_pytorch_path_in_eval(monkeypat
         out[mode] = [y.detach(), aux.total().detach()] + [p.grad for p in conv.parameters() if p.grad is not None]
     for ref, got in zip(out["0"], out["1"]):
         torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["bam-wc", "bam-lf"])
+def test_without_a_kl_collector_the_kernels_only_sample(name, monkeypatch):
+    bam, index, ptr, src, scores, keys = small_case(name, training=True)
+    noise, grad_w = torch.randn_like(scores), torch.randn_like(scores)
+    out = {}
+    for mode in "01":
+        monkeypatch.setenv("ATTN_TRITON", mode)
+        s = scores.clone().requires_grad_()
+        weights = bam.normalize(s, EdgeGroups(index, ptr=ptr), keys=keys, key_index=src, noise=noise)
+        (weights * grad_w).sum().backward()
+        out[mode] = weights.detach(), s.grad
+    for ref, got in zip(out["0"], out["1"]):
+        torch.testing.assert_close(got, ref)
+    assert all(p.grad is None for p in bam.parameters())  # no prior without a KL

@@ -10,6 +10,9 @@ Over edges sorted by target (CSR pointer ``ptr``: the edges of node ``i`` are
 * backward: the softmax backward of ``W`` and the log-softmax backwards of the KL through
   ``log p = s - lse(s)`` and ``log pi = r - lse(r)``.
 
+With ``prior_scope="all"`` (the prior normalised over every key, as in the official GAT code)
+``r`` arrives as ``log pi`` already and is used as it is.
+
 The noise ``n`` (Weibull: ``log(-log u)``, Lognormal: ``eps``) comes from Philox at counter
 ``offset + e * heads + h`` and is drawn again in the backward instead of being stored; only
 the three ``[nodes, heads]`` log-sum-exps are saved. :func:`edge_bam` also takes the noise
@@ -68,9 +71,8 @@ def _tile(scores_ptr, prior_ptr, noise_ptr, e, h, mask, H: tl.constexpr, seed, o
     idx = e[:, None] * H + h[None, :]
     s = tl.load(scores_ptr + idx, mask=mask, other=float("-inf"))
     if NOISE == 1:  # Weibull: log(-log u), u clamped to [tiny, 1 - eps]
-        u = tl.rand(seed, idx + offset).to(s.dtype)
-        u = tl.minimum(tl.maximum(u, TINY), ONE_MINUS_EPS)
-        z = s + scale * tl.log(-tl.log(u))
+        u = tl.minimum(tl.maximum(tl.rand(seed, idx + offset), TINY), ONE_MINUS_EPS)  # float32
+        z = s + scale * tl.log(-tl.log(u.to(s.dtype)))
     elif NOISE == 2:
         z = s + scale * tl.randn(seed, idx + offset).to(s.dtype)
     elif NOISE == 3:
@@ -146,7 +148,7 @@ def _segment(ptr_ptr, H: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_H: tl.conste
 def _edge_bam_fwd(scores_ptr, prior_ptr, noise_ptr, ptr_ptr, weights_ptr, lse_ptr, kl_ptr,
                   seed, offset, scale, c0, c1, c2,
                   H: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_H: tl.constexpr,
-                  NOISE: tl.constexpr, PRIOR: tl.constexpr, KL: tl.constexpr,
+                  NOISE: tl.constexpr, PRIOR: tl.constexpr, PRIOR_NORMALIZED: tl.constexpr, KL: tl.constexpr,
                   TINY: tl.constexpr, ONE_MINUS_EPS: tl.constexpr, LOG_TINY: tl.constexpr):
     node, start, end, h, h_ok, rows = _segment(ptr_ptr, H, BLOCK_E, BLOCK_H)
     neg_inf = tl.full([BLOCK_H], float("-inf"), tl.float32).to(scores_ptr.dtype.element_ty)
@@ -160,7 +162,7 @@ def _edge_bam_fwd(scores_ptr, prior_ptr, noise_ptr, ptr_ptr, weights_ptr, lse_pt
         m_z, l_z = _online_lse(m_z, l_z, z)
         if KL != 0:
             m_s, l_s = _online_lse(m_s, l_s, s)
-            if PRIOR:
+            if PRIOR and not PRIOR_NORMALIZED:  # else r is log pi already (lse_r stays 0)
                 m_r, l_r = _online_lse(m_r, l_r, r)
     lse_z = _finish_lse(m_z, l_z)
     lse_s = _finish_lse(m_s, l_s)
@@ -188,7 +190,8 @@ def _edge_bam_fwd(scores_ptr, prior_ptr, noise_ptr, ptr_ptr, weights_ptr, lse_pt
 def _edge_bam_bwd(scores_ptr, prior_ptr, noise_ptr, ptr_ptr, lse_ptr, grad_w_ptr, grad_kl_ptr,
                   d_scores_ptr, d_prior_ptr, seed, offset, scale, c0, c1, c2,
                   H: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_H: tl.constexpr,
-                  NOISE: tl.constexpr, PRIOR: tl.constexpr, KL: tl.constexpr, CENTRED: tl.constexpr,
+                  NOISE: tl.constexpr, PRIOR: tl.constexpr, PRIOR_NORMALIZED: tl.constexpr, KL: tl.constexpr,
+                  CENTRED: tl.constexpr,
                   GRAD_W: tl.constexpr, TINY: tl.constexpr, ONE_MINUS_EPS: tl.constexpr,
                   LOG_TINY: tl.constexpr):
     node, start, end, h, h_ok, rows = _segment(ptr_ptr, H, BLOCK_E, BLOCK_H)
@@ -213,7 +216,7 @@ def _edge_bam_bwd(scores_ptr, prior_ptr, noise_ptr, ptr_ptr, lse_ptr, grad_w_ptr
             logp, log_pi = _log_probs(s, r, mask, lse_s, lse_r)
             _, d_logp, d_log_pi = _kl_terms(logp, log_pi, c0, c1, c2, KL, PRIOR, LOG_TINY)
             sum_d += tl.sum(tl.where(mask, d_logp, 0.0), axis=0)
-            if PRIOR:
+            if PRIOR and not PRIOR_NORMALIZED:
                 sum_dpi += tl.sum(tl.where(mask, d_log_pi, 0.0), axis=0)
     for first in range(start, end, BLOCK_E):
         e = first + rows
@@ -231,7 +234,9 @@ def _edge_bam_bwd(scores_ptr, prior_ptr, noise_ptr, ptr_ptr, lse_ptr, grad_w_ptr
                 d_s += g_kl * d_logp
             else:
                 d_s += g_kl * (d_logp - tl.exp(logp) * sum_d[None, :])
-            if PRIOR:
+            if PRIOR and PRIOR_NORMALIZED:
+                tl.store(d_prior_ptr + idx, g_kl * d_log_pi, mask=mask)
+            elif PRIOR:
                 d_r = g_kl * (d_log_pi - tl.exp(log_pi) * sum_dpi[None, :])
                 tl.store(d_prior_ptr + idx, d_r, mask=mask)
         tl.store(d_scores_ptr + idx, d_s, mask=mask)
@@ -247,6 +252,7 @@ class _Config:
             NOISE_WEIBULL if weibull else NOISE_NORMAL
         self.scale = bam.noise_scale
         self.prior = contextual and with_kl
+        self.prior_normalized = bam.prior_scope == "all"  # r is log pi, normalised over every key
         self.kl = KL_NONE if not with_kl else KL_WEIBULL if weibull else KL_LOGNORMAL
         kernel = bam.kl_kernel
         self.const = kernel.const
@@ -255,11 +261,13 @@ class _Config:
             self.c = (kernel.log_beta, kernel.c, 0.0 if contextual else kernel.alpha)
         else:
             self.c = (kernel.scale, kernel.offset, 0.0)
-        info = torch.finfo(dtype)
-        self.tiny, self.one_minus_eps, self.log_tiny = info.tiny, 1 - info.eps, math.log(info.tiny)
+        uniform = torch.finfo(torch.float32)  # tl.rand draws float32
+        self.tiny, self.one_minus_eps = uniform.tiny, 1 - uniform.eps
+        self.log_tiny = math.log(torch.finfo(dtype).tiny)
 
     def constexprs(self) -> dict:
-        return dict(NOISE=self.noise, PRIOR=self.prior, KL=self.kl, TINY=self.tiny,
+        return dict(NOISE=self.noise, PRIOR=self.prior, PRIOR_NORMALIZED=self.prior_normalized, KL=self.kl,
+                    TINY=self.tiny,
                     ONE_MINUS_EPS=self.one_minus_eps, LOG_TINY=self.log_tiny)
 
 

@@ -4,7 +4,9 @@ Same maths as :func:`common.attention.functional.entmax_bisect_groups` (Blondel 
 Peters et al., 2019, Eq. 9): ``p_j = [(alpha-1) z_j - tau]_+^{1/(alpha-1)}`` with ``tau`` found by
 bisecting ``[max - 1, max - d^{1-alpha}]``, the last iterate renormalised. A group's scores stay in
 registers for all the iterations, so a call reads the scores once and writes the weights once
-(the PyTorch path makes a full pass over memory per iteration).
+(the PyTorch path makes a full pass over memory per iteration). For sparsemax and 1.5-entmax
+the threshold is then recomputed in closed form on the support found, as the exact sort-based
+algorithms compute it.
 
 Layouts: dense rows ``[..., keys]`` (masked keys enter as ``-inf``) and edge-wise scores
 ``[num_edges, heads]`` sorted by target with the CSR pointer ``ptr`` (a group is one
@@ -40,6 +42,22 @@ def _power(t, exponent, POWER: tl.constexpr):
 
 
 @triton.jit
+def _exact_on_support(x, support, POWER: tl.constexpr):
+    """Sparsemax and 1.5-entmax in closed form on the support the bisection found (the sort-based
+    algorithms' ``tau``: Martins & Astudillo, 2016, Eq. 3; Peters et al., 2019, Alg. 2)."""
+    size = tl.maximum(tl.sum(support.to(x.dtype), 0), 1.0)
+    mean = tl.sum(tl.where(support, x, 0.0), 0) / size
+    if POWER == 1:
+        tau = mean - 1 / size
+        return tl.maximum(x - tau, 0.0)
+    else:
+        spread = tl.sum(tl.where(support, (x - mean) * (x - mean), 0.0), 0)
+        tau = mean - tl.sqrt(tl.maximum((1 - spread) / size, 0.0))
+        t = tl.maximum(x - tau, 0.0)
+        return t * t
+
+
+@triton.jit
 def _entmax_fwd(x_ptr, out_ptr, alpha_ptr, ptr_ptr, n_cols, step, alpha_div, alpha_mod, alpha_stride, n_iter,
                 BLOCK: tl.constexpr, CSR: tl.constexpr, POWER: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
@@ -69,6 +87,8 @@ def _entmax_fwd(x_ptr, out_ptr, alpha_ptr, ptr_ptr, n_cols, step, alpha_div, alp
         p = _power(tl.maximum(x - tau_mid, 0.0), exponent, POWER)
         f_mid = tl.sum(p, 0) - 1
         tau_lo = tl.where(f_mid * f_lo >= 0, tau_mid, tau_lo)
+    if POWER != 0:
+        p = _exact_on_support(x, p > 0, POWER)
     total = tl.sum(p, 0)
     tl.store(out_ptr + offs, p / tl.where(total > 0, total, 1.0), mask=valid)
 
@@ -133,14 +153,16 @@ def _power_mode(alpha: Union[float, Tensor]) -> int:
 class _EntmaxBisect(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: Tensor, alpha: Tensor, layout: _Layout, n_iter: int, power: int) -> Tensor:
-        out = torch.empty_like(x)
+        out = torch.zeros_like(x) if layout.rows == 0 else torch.empty_like(x)  # no group: nothing to launch
+        ctx.save_for_backward(out, alpha)
+        ctx.layout, ctx.power = layout, power
+        if layout.rows == 0:
+            return out
         ptr = layout.ptr if layout.ptr is not None else x  # unused dummy pointer in the dense layout
         _entmax_fwd[(layout.rows,)](
             x, out, alpha, ptr, layout.n_cols, layout.step, layout.alpha_div, layout.alpha_mod,
             0 if alpha.numel() == 1 else 1, n_iter,
             BLOCK=layout.block, CSR=layout.ptr is not None, POWER=power, num_warps=_warps(layout.block))
-        ctx.save_for_backward(out, alpha)
-        ctx.layout, ctx.power = layout, power
         return out
 
     @staticmethod
@@ -148,6 +170,8 @@ class _EntmaxBisect(torch.autograd.Function):
         p, alpha = ctx.saved_tensors
         layout = ctx.layout
         alpha_grad = ctx.needs_input_grad[1]
+        if layout.rows == 0:
+            return torch.zeros_like(p), torch.zeros_like(alpha) if alpha_grad else None, None, None, None
         dx = torch.empty_like(p)
         d_rows = p.new_empty(layout.rows if alpha_grad else 1)
         _entmax_bwd[(layout.rows,)](
