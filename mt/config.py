@@ -9,9 +9,21 @@ from typing import Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
-from common.utils.config import layer_configs, packaged_config, to_dict
+from common.utils.config import Rule, at_least, layer_configs, packaged_config, to_dict
 
-__all__ = ["load_config", "to_dict"]
+from .data import CORPORA
+
+__all__ = ["RULES", "load_config", "to_dict"]
+
+#: Ranges and choices of the translation keys (beyond :data:`common.utils.config.RULES`).
+RULES = {
+    "dataset": Rule(choices=tuple(sorted(CORPORA))),
+    "schedule.kind": Rule(choices=("inverse_sqrt", "plateau", "constant")),
+    "train.select": Rule(choices=("bleu", "loss")), "batching.max_tokens": at_least(1),
+    "batching.max_sentences": at_least(1), "batching.update_freq": at_least(1), "data.num_merges": at_least(1),
+    "train.keep_checkpoints": at_least(1), "train.average_last": at_least(1), "optim.clip_norm": at_least(0),
+    "eval.beam": at_least(1), "eval.batch_sentences": at_least(1), "eval.valid_bleu_sentences": at_least(1),
+}
 
 
 def load_config(preset: str, overrides: Sequence[str] = (), config_file: Optional[str] = None) -> DictConfig:
@@ -19,4 +31,4 @@ def load_config(preset: str, overrides: Sequence[str] = (), config_file: Optiona
     base = OmegaConf.merge(packaged_config("mt", "defaults.yaml"), packaged_config("mt", f"{preset}.yaml"))
     base.preset = preset
     return layer_configs(base, config_file, overrides, open_keys=["model"],
-                         defaults_name=f"mt/configs/defaults.yaml and {preset}.yaml")
+                         defaults_name=f"mt/configs/defaults.yaml and {preset}.yaml", rules=RULES)

@@ -62,8 +62,11 @@ def plot_reliability(
     fig, ax = plt.subplots(figsize=(4.5, 4.5), dpi=120)
     ax.bar(centres[filled], bins.accuracy.numpy()[filled], width=1 / num_bins, edgecolor="black",
            color="tab:blue", label="accuracy")
-    ax.bar(centres[filled], (bins.confidence - bins.accuracy).numpy()[filled], bottom=bins.accuracy.numpy()[filled],
-           width=1 / num_bins, color="tab:red", alpha=0.3, edgecolor="tab:red", label="gap to confidence")
+    # the gap spans accuracy to confidence: above the bar when overconfident, over its top when underconfident
+    low = torch.minimum(bins.accuracy, bins.confidence).numpy()[filled]
+    ax.bar(centres[filled], (bins.confidence - bins.accuracy).abs().numpy()[filled], bottom=low,
+           width=1 / num_bins, color="tab:red", alpha=0.3, edgecolor="tab:red", hatch="//",
+           label="gap to mean confidence")
     ax.plot([0, 1], [0, 1], "k--", linewidth=1, label="perfect calibration")
     ax.set(xlim=(0, 1), ylim=(0, 1), xlabel="confidence", ylabel="accuracy",
            title=title or f"Reliability (ECE {100 * bins.ece:.2f}%)")

@@ -104,3 +104,16 @@ def test_config_file_errors_are_one_line(tmp_path):
 ])
 def test_packaged_configs_pass_their_own_checks(name, loader):
     assert loader() is not None
+
+
+@pytest.mark.parametrize("override, message", [
+    ("train.select=ppl", "train.select='ppl': expected one of bleu, loss"),
+    ("eval.beam=0", "eval.beam=0: expected a number >= 1"),
+    ("dataset=wmt14", "dataset='wmt14': expected one of iwslt14, multi30k"),
+])
+def test_translation_adds_its_ranges_and_choices(override, message):
+    from mt.config import load_config
+
+    with pytest.raises(ValueError) as err:
+        load_config("lstm-cpu", [override])
+    assert str(err.value) == message
