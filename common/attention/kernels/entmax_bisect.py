@@ -58,9 +58,10 @@ def _exact_on_support(x, support, POWER: tl.constexpr):
 
 
 @triton.jit
-def _entmax_fwd(x_ptr, out_ptr, alpha_ptr, ptr_ptr, n_cols, step, alpha_div, alpha_mod, alpha_stride, n_iter,
-                BLOCK: tl.constexpr, CSR: tl.constexpr, POWER: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
+def _row(row, ptr_ptr, alpha_ptr, n_cols, step, alpha_div, alpha_mod, alpha_stride, BLOCK: tl.constexpr,
+         CSR: tl.constexpr):
+    """The offsets of a program's row (a dense row, or one head of a CSR segment), which of its
+    ``BLOCK`` lanes hold scores, and its alpha."""
     if CSR:
         start = tl.load(ptr_ptr + row // step)
         length = tl.load(ptr_ptr + row // step + 1) - start
@@ -70,8 +71,15 @@ def _entmax_fwd(x_ptr, out_ptr, alpha_ptr, ptr_ptr, n_cols, step, alpha_div, alp
         base = row * n_cols
     idx = tl.arange(0, BLOCK)
     valid = idx < length
-    offs = base + idx * step
     alpha = tl.load(alpha_ptr + ((row // alpha_div) % alpha_mod) * alpha_stride)
+    return base + idx * step, valid, alpha
+
+
+@triton.jit
+def _entmax_fwd(x_ptr, out_ptr, alpha_ptr, ptr_ptr, n_cols, step, alpha_div, alpha_mod, alpha_stride, n_iter,
+                BLOCK: tl.constexpr, CSR: tl.constexpr, POWER: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    offs, valid, alpha = _row(row, ptr_ptr, alpha_ptr, n_cols, step, alpha_div, alpha_mod, alpha_stride, BLOCK, CSR)
     am1 = alpha - 1
     exponent = 1 / am1
     x = tl.load(x_ptr + offs, mask=valid, other=float("-inf")) * am1
@@ -98,17 +106,7 @@ def _entmax_bwd(p_ptr, g_ptr, dx_ptr, dalpha_ptr, alpha_ptr, ptr_ptr, n_cols, st
                 alpha_stride, BLOCK: tl.constexpr, CSR: tl.constexpr, POWER: tl.constexpr,
                 ALPHA_GRAD: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
-    if CSR:
-        start = tl.load(ptr_ptr + row // step)
-        length = tl.load(ptr_ptr + row // step + 1) - start
-        base = start * step + row % step
-    else:
-        length = n_cols
-        base = row * n_cols
-    idx = tl.arange(0, BLOCK)
-    valid = idx < length
-    offs = base + idx * step
-    alpha = tl.load(alpha_ptr + ((row // alpha_div) % alpha_mod) * alpha_stride)
+    offs, valid, alpha = _row(row, ptr_ptr, alpha_ptr, n_cols, step, alpha_div, alpha_mod, alpha_stride, BLOCK, CSR)
     p = tl.load(p_ptr + offs, mask=valid, other=0.0)
     g = tl.load(g_ptr + offs, mask=valid, other=0.0)
     positive = p > 0
