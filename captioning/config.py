@@ -20,8 +20,7 @@ __all__ = ["RULES", "build_model", "data_path", "default_prepared_dir", "load_co
 #: Ranges and choices of the captioning keys (beyond :data:`common.utils.config.RULES`).
 RULES = {
     "model.embed_dim": at_least(1), "model.rnn_size": at_least(1), "model.att_hidden": at_least(1),
-    "optim.decay_start": at_least(0), "optim.decay_every": at_least(1), "optim.grad_clip_value": POSITIVE,
-    "scheduled_sampling.start": at_least(0), "scheduled_sampling.increase_every": at_least(1),
+    "optim.decay_every": at_least(1), "optim.grad_clip_value": POSITIVE, "scheduled_sampling.increase_every": at_least(1),
     "scheduled_sampling.increase_prob": PROBABILITY, "scheduled_sampling.max_prob": PROBABILITY,
     "train.seq_per_img": at_least(1), "eval.split": Rule(choices=SPLITS), "eval.max_images": at_least(1),
     "eval.every": at_least(0), "eval.beam_size": at_least(1), "eval.length_penalty": at_least(0),
