@@ -22,30 +22,21 @@ def test_piped_run_prints_epoch_lines_summary_and_files(vqa_fixture, tmp_path, c
     assert results["train_seconds"] == sum(epoch["seconds"] for epoch in results["epochs"]) > 0
 
 
-def test_ctrl_c_exits_130_with_a_resume_hint_and_the_rerun_resumes(vqa_fixture, tmp_path, capsys, monkeypatch):
-    import os
-    import signal
-
+def test_ctrl_c_exits_130_with_a_resume_hint_and_the_rerun_resumes(vqa_fixture, tmp_path, capsys, monkeypatch,
+                                                                   ctrl_c_on_call):
     from common.utils import console
 
     out = tmp_path / "run"
     argv = ["--data-root", str(vqa_fixture.root), "--out", str(out), "--attention", "softmax", "--epochs", "2", *SMALL]
     monkeypatch.setenv(console.PROGRESS_SECONDS_ENV, "3600")
-    model_inputs, calls = vqa_train.model_inputs, []
-
-    def interrupt_in_epoch_2(batch):
-        calls.append(1)
-        if len(calls) == 7:  # 50 questions / batches of 10: 5 train batches an epoch (eval calls the model directly)
-            os.kill(os.getpid(), signal.SIGINT)
-        return model_inputs(batch)
-
-    monkeypatch.setattr(vqa_train, "model_inputs", interrupt_in_epoch_2)
+    # 50 questions / batches of 10: 5 training batches an epoch (evaluation calls the model directly)
+    restore = ctrl_c_on_call(vqa_train, "model_inputs", 7)
     assert vqa_train.main(argv) == 130
     err = capsys.readouterr().err
     assert err.rstrip().endswith("interrupted at epoch 2/2 batch 1/5; re-run the same command to resume")
     assert "epoch 1/2: train BCE/question" in err and "epoch 2/2: train BCE/question" not in err
     assert [p.name for p in (out / "checkpoints").glob("*.pt")] == ["step_0.pt"] and not (out / "results.json").exists()
-    monkeypatch.setattr(vqa_train, "model_inputs", model_inputs)
+    restore()
     assert vqa_train.main(argv) == 0
     err = capsys.readouterr().err
     assert "epoch 2/2: train BCE/question" in err and "epoch 1/2:" not in err  # epoch 1 from its checkpoint
