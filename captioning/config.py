@@ -8,12 +8,24 @@ from omegaconf import DictConfig, OmegaConf
 
 from common.text import Vocabulary
 from common.utils import default_data_root
-from common.utils.config import layer_configs, packaged_config, to_dict
+from common.utils.config import PROBABILITY, POSITIVE, Rule, at_least, layer_configs, packaged_config, to_dict
 
+from .metrics import METRICS
 from .models import Att2in, Att2inConfig
-from .prepare import default_prepared_dir
+from .prepare import SPLITS, default_prepared_dir
 
-__all__ = ["build_model", "data_path", "default_prepared_dir", "load_config", "prepared_dir", "run_dir", "to_dict"]
+__all__ = ["RULES", "build_model", "data_path", "default_prepared_dir", "load_config", "prepared_dir", "run_dir",
+           "to_dict"]
+
+#: Ranges and choices of the captioning keys (beyond :data:`common.utils.config.RULES`).
+RULES = {
+    "model.embed_dim": at_least(1), "model.rnn_size": at_least(1), "model.att_hidden": at_least(1),
+    "optim.decay_every": at_least(1), "optim.grad_clip_value": POSITIVE, "scheduled_sampling.increase_every": at_least(1),
+    "scheduled_sampling.increase_prob": PROBABILITY, "scheduled_sampling.max_prob": PROBABILITY,
+    "train.seq_per_img": at_least(1), "eval.split": Rule(choices=SPLITS), "eval.max_images": at_least(1),
+    "eval.every": at_least(0), "eval.beam_size": at_least(1), "eval.length_penalty": at_least(0),
+    "eval.batch_size": at_least(1), "eval.max_length": at_least(1), "eval.metrics": Rule(choices=METRICS),
+}
 
 
 def load_config(attention: Optional[str] = None, overrides: Sequence[str] = (),
@@ -22,7 +34,8 @@ def load_config(attention: Optional[str] = None, overrides: Sequence[str] = (),
     errors, except among ``attention.options``)."""
     overrides = list(overrides) + ([f"attention.name={attention}"] if attention else [])
     return layer_configs(packaged_config("captioning", "att2in.yaml"), config_file, overrides,
-                         open_keys=("attention.options",), defaults_name="captioning/configs/att2in.yaml")
+                         open_keys=("attention.options",), defaults_name="captioning/configs/att2in.yaml",
+                         rules=RULES)
 
 
 def data_path(cfg: DictConfig, relative: str) -> Path:

@@ -27,6 +27,7 @@ from omegaconf import OmegaConf  # noqa: E402
 
 from common.features import RegionFeatureError, RegionFeatureStore, pad_regions  # noqa: E402
 
+from common.utils import atomic_save_figure, console  # noqa: E402
 from common.utils.cli import add_runtime_options, runtime_from  # noqa: E402
 from common.utils.runtime import DeviceError, Runtime  # noqa: E402
 
@@ -69,11 +70,7 @@ def plot_attention(image: np.ndarray, boxes: np.ndarray, words: Sequence[str], p
         ax.add_patch(plt.Rectangle((x1, y1), x2 - x1, y2 - y1, fill=False, color="yellow", linewidth=1.5))
         ax.set_title(title, fontsize=11, fontweight="bold" if title == "prior" else "normal")
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100, format="png")
-    plt.close(fig)
-    return path
+    return atomic_save_figure(fig, path, dpi=100)
 
 
 def attention_figure(checkpoint: Path, image_id: int, image_path: Path, out: Path, data_root: Optional[str] = None,
@@ -120,7 +117,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except (FileNotFoundError, RegionFeatureError, DeviceError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    print(f"{args.image_id}: \"{result['caption']}\" -> {result['figure']}")
+    print(f"{args.image_id}: \"{result['caption']}\"")
+    console.files_written([result["figure"]])
     return 0
 
 

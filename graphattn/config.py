@@ -11,11 +11,16 @@ from typing import Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
-from common.utils.config import layer_configs, load_user_config, packaged_config, parse_overrides, to_dict
+from common.utils.config import Rule, at_least, layer_configs, load_user_config, packaged_config, parse_overrides, to_dict
 
 from .data import canonical_name
+from .models import KL_REDUCTIONS
 
-__all__ = ["load_config", "to_dict"]
+__all__ = ["RULES", "load_config", "to_dict"]
+
+#: Ranges and choices of the GAT keys (beyond :data:`common.utils.config.RULES`).
+RULES = {"model.hidden_channels": at_least(1), "model.out_heads": at_least(1), "model.negative_slope": at_least(0),
+         "kl.reduction": Rule(choices=KL_REDUCTIONS)}
 
 
 def load_config(
@@ -55,6 +60,6 @@ def load_config(
                                 "kl": variant.get("kl", {})})
     # A misspelt key is an error, except among the normalizer's free-form options.
     cfg = layer_configs(cfg, config_file, overrides, open_keys=["attention.options"],
-                        defaults_name="graphattn/configs/gat.yaml")
+                        defaults_name="graphattn/configs/gat.yaml", rules=RULES)
     cfg.dataset = name
     return cfg

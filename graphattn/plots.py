@@ -1,8 +1,10 @@
-"""Figures of a ``graphattn.train`` run: learning curves per seed, and accuracy over the seeds.
+"""Figures of ``graphattn.train`` runs: learning curves per seed, and accuracy over the seeds.
 
 ``curves.png``: training loss and validation accuracy per epoch, one line per seed, a dot at
 each seed's snapshot epoch. ``accuracy.png``: the test and validation accuracy of every seed
 with the mean and +- one sample standard deviation, the numbers of ``results.json``.
+:func:`plot_variant_accuracy`: the same spread for several variants and datasets side by side
+(``scripts/reproduce_gat_table.py`` writes it as ``table.png``).
 """
 from __future__ import annotations
 
@@ -47,26 +49,51 @@ def plot_seed_curves(histories: Mapping[int, Sequence[dict]], best_epochs: Mappi
     return atomic_save_figure(fig, path)
 
 
-def plot_seed_accuracy(accuracies: Mapping[str, Sequence[float]], path: Path, title: str = "") -> Path:
-    """Per-seed accuracies (percent) of each split in ``accuracies`` (e.g. ``{"test": [...], "val":
-    [...]}``) as dots, with the mean and +- one sample std (ddof=1) as a bar; written to ``path``."""
-    fig, ax = plt.subplots(figsize=(1.6 + 1.4 * len(accuracies), 3.6))
+def _seed_spread(ax, groups: Mapping[str, Sequence[float]]) -> None:
+    """Each group's values (percent) as dots at its own x, with the mean and +- one sample std
+    (ddof=1) as a bar beside them and written out."""
     rng = np.random.default_rng(0)  # horizontal jitter only, so that equal accuracies stay visible
-    for i, (split, values) in enumerate(accuracies.items()):
+    for i, values in enumerate(groups.values()):
         values = np.asarray(values, dtype=float)
         mean = values.mean()
         std = values.std(ddof=1) if values.size > 1 else 0.0
         ax.scatter(i + rng.uniform(-0.12, 0.12, values.size), values, s=14, alpha=0.7, zorder=3)
         ax.errorbar([i + 0.3], [mean], yerr=[std], fmt="s", color="black", capsize=4, zorder=4)
         ax.annotate(f"{mean:.2f} ± {std:.2f}", (i + 0.38, mean), fontsize=8, va="center")
-    ax.set_xticks(range(len(accuracies)), [f"{split}\n({len(v)} seeds)" for split, v in accuracies.items()])
-    ax.set_xlim(-0.5, len(accuracies) - 0.5 + 0.6)
-    ax.set_ylabel("accuracy (%)")
+    ax.set_xticks(range(len(groups)), [f"{name}\n({len(v)} seeds)" for name, v in groups.items()])
+    ax.set_xlim(-0.5, len(groups) - 0.5 + 0.6)
     ax.grid(axis="y", alpha=0.3)
+
+
+def plot_seed_accuracy(accuracies: Mapping[str, Sequence[float]], path: Path, title: str = "") -> Path:
+    """Per-seed accuracies (percent) of each split in ``accuracies`` (e.g. ``{"test": [...], "val":
+    [...]}``) as dots, with the mean and +- one sample std (ddof=1) as a bar; written to ``path``."""
+    fig, ax = plt.subplots(figsize=(1.6 + 1.4 * len(accuracies), 3.6))
+    _seed_spread(ax, accuracies)
+    ax.set_ylabel("accuracy (%)")
     if title:
         ax.set_title(title, fontsize=10)
     fig.tight_layout()
     return atomic_save_figure(fig, path)
+
+
+def variant_accuracy_figure(by_dataset: Mapping[str, Mapping[str, Sequence[float]]]):
+    """One panel per dataset of ``by_dataset`` (``{dataset: {variant: per-seed test accuracies}}``),
+    each variant's seeds as dots with their mean and +- one sample std."""
+    widest = max(len(variants) for variants in by_dataset.values())
+    fig, axes = plt.subplots(1, len(by_dataset), figsize=((1.6 + 1.4 * widest) * len(by_dataset), 4), squeeze=False)
+    for ax, (dataset, variants) in zip(axes[0], by_dataset.items()):
+        _seed_spread(ax, variants)
+        ax.tick_params(axis="x", labelsize=8)
+        ax.set_title(dataset)
+    axes[0][0].set_ylabel("test accuracy (%)")
+    fig.tight_layout()
+    return fig
+
+
+def plot_variant_accuracy(by_dataset: Mapping[str, Mapping[str, Sequence[float]]], path: Path) -> Path:
+    """:func:`variant_accuracy_figure` written to ``path``."""
+    return atomic_save_figure(variant_accuracy_figure(by_dataset), path)
 
 
 def plot_run(out_dir: Path, results: Dict, histories: Dict[int, List[dict]], best_epochs: Dict[int, int]) -> List[Path]:

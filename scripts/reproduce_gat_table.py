@@ -19,6 +19,10 @@ with softmax under the same preset. A dataset whose raw files are missing gets a
 missing" cell naming the file instead of stopping the grid. ``--table-only`` rebuilds the table
 from the seeds already finished in ``--out`` (``seed<k>.pt``; e.g. while other processes still
 train, or after they were stopped).
+
+``<out>/table.png`` shows the seed spread behind the table: every finished seed's test accuracy
+per variant (and preset) and dataset as a dot, with the mean and +- one sample std
+(:func:`graphattn.plots.plot_variant_accuracy`).
 """
 from __future__ import annotations
 
@@ -37,6 +41,7 @@ from common.utils import atomic_write_json, atomic_write_text, console, default_
 from graphattn import train  # noqa: E402
 from graphattn.config import load_config  # noqa: E402
 from graphattn.data import PlanetoidDataError, check_raw_files  # noqa: E402
+from graphattn.plots import plot_variant_accuracy  # noqa: E402
 
 DATASETS = ("Cora", "CiteSeer", "PubMed")
 VARIANTS = ("softmax", "bam-lf", "bam-lc", "bam-wf", "bam-wc")
@@ -141,6 +146,17 @@ def collect(out: Path, datasets, rows: Sequence[str]) -> Dict[str, Dict[str, Dic
     return found
 
 
+def seed_spread(results: Dict[str, Dict[str, Dict]], datasets, rows) -> Dict[str, Dict[str, List[float]]]:
+    """``{dataset: {row: per-seed test accuracies}}`` of every cell with finished seeds (the figure's data)."""
+    spread: Dict[str, Dict[str, List[float]]] = {}
+    for dataset in datasets:
+        cells = results.get(dataset, {})
+        found = {row: list(cells[row]["per_seed"].values()) for row in rows if "per_seed" in cells.get(row, {})}
+        if found:
+            spread[dataset] = found
+    return spread
+
+
 def table_rows(variants: Sequence[str], presets: Sequence[str]) -> List[str]:
     return [*variants, *(f"{p}/{v}" for p in presets for v in variants)]
 
@@ -206,7 +222,11 @@ def main(argv=None) -> int:
         "paper_note": "mean of 5 runs; the softmax row is the GAT paper's mean of 100 runs of the original TF code",
         "environment": environment()})
     print(table)
-    console.files_written([args.out / "table.md", args.out / "table.json"])
+    written = [args.out / "table.md", args.out / "table.json"]
+    seeds = seed_spread(results, columns, rows)
+    if seeds:
+        written.append(plot_variant_accuracy(seeds, args.out / "table.png"))
+    console.files_written(written)
     return 0
 
 

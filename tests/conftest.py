@@ -50,6 +50,26 @@ def one_thread():
     torch.set_num_threads(before)
 
 
+@pytest.fixture
+def ctrl_c_on_call(monkeypatch):
+    """``restore = ctrl_c_on_call(owner, "name", n)``: the ``n``-th call of ``owner.name`` sends
+    this process SIGINT (a Ctrl-C) before it runs; ``restore()`` puts the original back."""
+    import signal
+
+    def patch(owner, name: str, n: int):
+        original, calls = getattr(owner, name), []
+
+        def interrupting(*args, **kwargs):
+            calls.append(1)
+            if len(calls) == n:
+                os.kill(os.getpid(), signal.SIGINT)
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(owner, name, interrupting)
+        return lambda: monkeypatch.setattr(owner, name, original)
+    return patch
+
+
 @pytest.fixture(scope="session")
 def attn_data_root() -> Path:
     value = os.environ.get("ATTN_DATA_ROOT")

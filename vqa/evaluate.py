@@ -109,7 +109,7 @@ def evaluate_run(run_dir: Path, split: Optional[str] = None, data_root: Optional
                  rules: str = "official") -> Dict:
     """Evaluate the latest checkpoint of ``run_dir`` (see the module docstring) on ``runtime``'s
     device (default: the CPU), scoring with the official evaluator's ``rules``
-    (:mod:`vqa.evaluation`); returns the report."""
+    (:mod:`vqa.evaluation`); returns the report (and ``report_file``, where it went)."""
     runtime = runtime or Runtime(torch.device("cpu"))
     cfg, vocab, answers, model, epoch = load_run(run_dir, data_root)
     split = split or cfg.data.eval_split
@@ -152,7 +152,7 @@ def evaluate_run(run_dir: Path, split: Optional[str] = None, data_root: Optional
                                            "mc_dropout": mc_dropout, "p_threshold": p_threshold, "seed": seed,
                                            "runtime": runtime.describe(),
                                            "train_config": OmegaConf.to_container(cfg)}, **report))
-    return report
+    return {**report, "report_file": str(out)}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -182,6 +182,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except (FileNotFoundError, VQADataError, DeviceError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    written = [report["report_file"]]
     for name, condition in report["conditions"].items():
         line = f"{report['split']} {name}:"
         if "accuracy" in condition:
@@ -190,7 +191,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if "mc" in condition:
             mc = condition["mc"]
             line += f" | MC accuracy {mc['accuracy']['overall']:.2f} PAvPU {mc['pavpu']:.2f} ECE {mc['ece']:.2f}"
-        print(line + f" -> {condition['results_file']}")
+        print(line)
+        written += [condition["results_file"], *([condition["mc"]["reliability_plot"]] if "mc" in condition else [])]
+    console.files_written(written)
     return 0
 
 

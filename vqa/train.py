@@ -39,7 +39,7 @@ from common.utils import (
     Checkpointer, MetricsLogger, atomic_write_json, console, results_record, seed_everything,
 )
 from common.utils.cli import overrides_from, training_parser
-from common.utils.config import check_resumable, layer_configs, packaged_config, to_dict
+from common.utils.config import check_resumable, at_least, layer_configs, packaged_config, to_dict
 from common.utils.distributed import DistEnv, all_reduce_mean, cleanup, shard_sampler, wrap_model
 from common.utils.runtime import DeviceError, Runtime
 
@@ -54,11 +54,17 @@ CONFIG_NAME = "mcan_small.yaml"
 RESUMABLE_KEYS = ("data_root", "out_dir", "device", "train.epochs", "train.num_workers", "train.num_threads",
                   "train.eval_batch_size", "train.log_every", "train.precision", "train.compile")
 
+#: Ranges of the MCAN keys (beyond :data:`common.utils.config.RULES`).
+RULES = {"optim.warmup_epochs": at_least(0), **{key: at_least(1) for key in (
+    "data.max_question_len", "data.min_word_count", "model.feature_dim", "model.word_dim", "model.hidden", "model.ffn",
+    "model.layers", "model.flat_mlp", "model.flat_glimpses", "model.flat_out")}}
+
 
 def load_config(overrides: Sequence[str] = (), config_file: Optional[str] = None) -> DictConfig:
     """``vqa/configs/mcan_small.yaml`` <- ``--config`` file <- ``key=value`` overrides."""
     return layer_configs(packaged_config("vqa", CONFIG_NAME), config_file, overrides,
-                         open_keys=("attention.options", "data.splits"), defaults_name=f"vqa/configs/{CONFIG_NAME}")
+                         open_keys=("attention.options", "data.splits"), defaults_name=f"vqa/configs/{CONFIG_NAME}",
+                         rules=RULES)
 
 
 def build_model(cfg: DictConfig, vocab_size: int, num_answers: int, word_vectors: Optional[torch.Tensor] = None) -> MCAN:

@@ -64,27 +64,32 @@ def load_user_config(config_file: str) -> DictConfig:
 
 @dataclasses.dataclass(frozen=True)
 class Rule:
-    """Allowed values of one config key: a closed range ``[low, high]`` (``low_open`` excludes
-    ``low``) or a set of ``choices``. ``null`` passes: whether a key may be null is the type
-    check's call (only keys packaged as ``null`` may be)."""
+    """Allowed values of one config key: a closed range ``[low, high]`` (``low_open`` /
+    ``high_open`` exclude an end) or a set of ``choices`` (for a list: of each item). ``null``
+    passes: whether a key may be null is the type check's call (only keys packaged as ``null`` may be)."""
 
     low: Optional[float] = None
     high: Optional[float] = None
     low_open: bool = False
     choices: Optional[Sequence[str]] = None
+    high_open: bool = False
 
     def problem(self, value: Any) -> Optional[str]:
         """What is wrong with ``value`` (None: nothing)."""
         if value is None:
             return None
         if self.choices is not None:
-            return None if value in self.choices else f"expected one of {', '.join(map(str, self.choices))}"
+            listed = ", ".join(map(str, self.choices))
+            if isinstance(value, (list, ListConfig)):
+                return None if all(item in self.choices for item in value) else f"expected a list of {listed}"
+            return None if value in self.choices else f"expected one of {listed}"
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             return "expected a number"
         too_low = self.low is not None and (value <= self.low if self.low_open else value < self.low)
-        if too_low or (self.high is not None and value > self.high) or (isinstance(value, float) and math.isnan(value)):
+        too_high = self.high is not None and (value >= self.high if self.high_open else value > self.high)
+        if too_low or too_high or (isinstance(value, float) and math.isnan(value)):
             bounds = [f"{'>' if self.low_open else '>='} {self.low:g}"] if self.low is not None else []
-            bounds += [f"<= {self.high:g}"] if self.high is not None else []
+            bounds += [f"{'<' if self.high_open else '<='} {self.high:g}"] if self.high is not None else []
             return f"expected a number {' and '.join(bounds)}"
         return None
 
@@ -95,13 +100,15 @@ def at_least(low: float) -> Rule:
 
 POSITIVE = Rule(low=0, low_open=True)
 PROBABILITY = Rule(low=0, high=1)
+DROPOUT = Rule(low=0, high=1, high_open=True)  # p = 1 would drop everything
 
 #: Ranges and choices of the keys several domains share; each applies where a config has the key.
 RULES: Dict[str, Rule] = {
     "seeds": at_least(1), "first_seed": at_least(0), "seed": at_least(0),
     "optim.lr": POSITIVE, "optim.weight_decay": at_least(0), "optim.label_smoothing": Rule(low=0, high=1),
     "kl.weight": at_least(0), "kl.warmup": at_least(0), "kl.schedule": Rule(choices=("constant", "linear", "sigmoid")),
-    "model.dropout": PROBABILITY, "model.value_dropout": PROBABILITY,
+    "model.dropout": DROPOUT, "model.value_dropout": DROPOUT, "model.heads": at_least(1),
+    "optim.eps": POSITIVE, "optim.grad_clip": at_least(0), "optim.decay_rate": POSITIVE, "data.max_regions": at_least(1),
     "train.precision": Rule(choices=("fp32", "bf16", "fp16")), "train.patience": at_least(0),
     "train.max_epochs": at_least(1), "train.max_steps": at_least(1), "train.epochs": at_least(1),
     "train.batch_size": at_least(1), "train.eval_batch_size": at_least(1), "train.num_workers": at_least(0),

@@ -23,10 +23,7 @@ def test_piped_run_prints_epoch_lines_summary_and_files(coco_fixture, tiny_overr
 
 
 def test_ctrl_c_exits_130_with_a_resume_hint_and_the_rerun_resumes(coco_fixture, tiny_overrides, tmp_path, capsys,
-                                                                   monkeypatch):
-    import os
-    import signal
-
+                                                                   monkeypatch, ctrl_c_on_call):
     from common.utils import console
 
     out = tmp_path / "run"
@@ -34,20 +31,13 @@ def test_ctrl_c_exits_130_with_a_resume_hint_and_the_rerun_resumes(coco_fixture,
     argv = ["--attention", "softmax", "--data-root", str(coco_fixture["root"]), "--out", str(out), "train.epochs=2",
             "eval.every=0", "eval.metrics=[cider]", *overrides]
     monkeypatch.setenv(console.PROGRESS_SECONDS_ENV, "3600")
-    caption_nll, calls = train.caption_nll, []
-
-    def interrupt_in_epoch_2(*args):
-        calls.append(1)
-        if len(calls) == 6:  # 20 images x 5 captions / batches of 5 images: 4 batches an epoch
-            os.kill(os.getpid(), signal.SIGINT)
-        return caption_nll(*args)
-
-    monkeypatch.setattr(train, "caption_nll", interrupt_in_epoch_2)
+    # 20 images x 5 captions / batches of 5 images: 4 batches an epoch; the 6th is epoch 2's second
+    restore = ctrl_c_on_call(train, "caption_nll", 6)
     assert train.main(argv) == 130
     err = capsys.readouterr().err
     assert err.rstrip().endswith("interrupted at epoch 2/2 batch 1/4; re-run the same command to resume")
     assert (out / "checkpoints" / "step_0.pt").is_file() and not (out / "results.json").exists()
-    monkeypatch.setattr(train, "caption_nll", caption_nll)
+    restore()
     assert train.main(argv) == 0
     history = json.loads((out / "results.json").read_text())["history"]
     assert [row["epoch"] for row in history] == [0, 1]  # epoch 1 from the checkpoint, epoch 2 trained again

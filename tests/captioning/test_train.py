@@ -45,7 +45,7 @@ def test_resumed_run_equals_uninterrupted(coco_fixture, tiny_overrides, tmp_path
 
 
 @pytest.mark.realdata
-def test_pipeline_through_the_clis_and_attention_plot(tmp_path, tiny_overrides, attn_data_root, monkeypatch):
+def test_pipeline_through_the_clis_and_attention_plot(tmp_path, tiny_overrides, attn_data_root, monkeypatch, capsys):
     """Anderson's TSV -> convert_features.py -> prepare -> train -> evaluate -> attention plot.
 
     The prepared captions go to the (private) cache, not the data root, and train finds them there."""
@@ -75,10 +75,13 @@ def test_pipeline_through_the_clis_and_attention_plot(tmp_path, tiny_overrides, 
     assert results["config"]["attention"]["name"] == "bam-wc" and "packages" in results["environment"]
 
     figure = tmp_path / "attention.png"
+    capsys.readouterr()
     image = attn_data_root / "coco" / "updown" / f"COCO_val2014_{DEMO_IMAGE_ID:012d}.jpg"
     assert visualize.main([str(run), "--image-id", str(DEMO_IMAGE_ID), "--image", str(image),
                            "--out", str(figure)]) == 0
     assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and figure.stat().st_size > 10_000
+    printed = capsys.readouterr().out.splitlines()  # piped: the caption, then the file written
+    assert printed[0].startswith(f'{DEMO_IMAGE_ID}: "') and printed[1:] == ["files written:", f"  {figure}"]
 
 
 def test_box_heatmap_sums_weights_of_covering_boxes():

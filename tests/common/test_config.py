@@ -117,3 +117,57 @@ def test_translation_adds_its_ranges_and_choices(override, message):
     with pytest.raises(ValueError) as err:
         load_config("lstm-cpu", [override])
     assert str(err.value) == message
+
+
+def _gat(overrides):
+    return __import__("graphattn.config").config.load_config("cora", "bam-wc", overrides)
+
+
+def _att2in(overrides):
+    return __import__("captioning.config").config.load_config(overrides=overrides)
+
+
+def _mcan(overrides):
+    return __import__("vqa.train").train.load_config(overrides)
+
+
+def _lxmert(overrides):
+    return __import__("vqa.lxmert.train").lxmert.train.load_config("span", overrides)
+
+
+@pytest.mark.parametrize("load, override, message", [
+    (_gat, "model.dropout=1", "model.dropout=1: expected a number >= 0 and < 1"),
+    (_gat, "model.value_dropout=-0.1", "model.value_dropout=-0.1: expected a number >= 0 and < 1"),
+    (_gat, "model.heads=0", "model.heads=0: expected a number >= 1"),
+    (_gat, "model.hidden_channels=0", "model.hidden_channels=0: expected a number >= 1"),
+    (_gat, "kl.reduction=mean", "kl.reduction='mean': expected one of layer_sum, head_mean"),
+    (_att2in, "model.rnn_size=0", "model.rnn_size=0: expected a number >= 1"),
+    (_att2in, "scheduled_sampling.max_prob=1.5", "scheduled_sampling.max_prob=1.5: expected a number >= 0 and <= 1"),
+    (_att2in, "optim.decay_rate=0", "optim.decay_rate=0: expected a number > 0"),
+    (_att2in, "eval.split=dev", "eval.split='dev': expected one of train, restval, val, test"),
+    (_att2in, "eval.metrics=[bleu,wer]",
+     "eval.metrics=['bleu', 'wer']: expected a list of bleu, meteor, rouge, cider, spice"),
+    (_att2in, "train.seq_per_img=0", "train.seq_per_img=0: expected a number >= 1"),
+    (_mcan, "model.layers=0", "model.layers=0: expected a number >= 1"),
+    (_mcan, "optim.eps=0", "optim.eps=0: expected a number > 0"),
+    (_mcan, "data.max_regions=0", "data.max_regions=0: expected a number >= 1"),
+    (_mcan, "train.epochs=0", "train.epochs=0: expected a number >= 1"),
+    (_lxmert, "optim.name=sgd", "optim.name='sgd': expected one of lamb_lookahead, adamw"),
+    (_lxmert, "optim.lookahead_alpha=0", "optim.lookahead_alpha=0: expected a number > 0 and <= 1"),
+    (_lxmert, "optim.grad_clip=-1", "optim.grad_clip=-1: expected a number >= 0"),
+    (_lxmert, "train.checkpoint_every=0", "train.checkpoint_every=0: expected a number >= 1"),
+    (_lxmert, "model.adaptation.layerdrop.vision=-1", "model.adaptation.layerdrop.vision=-1: expected a number >= 0"),
+])
+def test_each_domain_checks_the_ranges_and_choices_of_its_keys(load, override, message):
+    with pytest.raises(ValueError) as err:
+        load([override])
+    assert str(err.value) == message
+
+
+def test_lxmert_normalizers_are_the_registry_names():
+    from common.attention import available
+
+    with pytest.raises(ValueError) as err:
+        _lxmert(["model.adaptation.normalizer=sofmax"])
+    assert str(err.value) == f"model.adaptation.normalizer='sofmax': expected one of {', '.join(available())}"
+    assert _lxmert(["model.adaptation.normalizer=entmax15"]).model.adaptation.normalizer == "entmax15"

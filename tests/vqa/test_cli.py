@@ -48,7 +48,7 @@ def test_confidence_view_gives_the_calibration_of_confidences():
     assert expected_calibration_error(probs, targets, num_bins=10) == pytest.approx(0.3)
 
 
-def test_train_resume_and_evaluate(vqa_fixture, tmp_path):
+def test_train_resume_and_evaluate(vqa_fixture, tmp_path, capsys):
     out = tmp_path / "run"
     common = ["--data-root", str(vqa_fixture.root), "--out", str(out), "--attention", "bam-wc", "--no-progress",
               "kl.weight=0.01", *SMALL]
@@ -67,9 +67,16 @@ def test_train_resume_and_evaluate(vqa_fixture, tmp_path):
     assert len(load_submission(out / "val_predictions.json")) == 50
 
     report_path = tmp_path / "eval.json"
+    capsys.readouterr()
     assert vqa_evaluate.main([str(out), "--noise-std", "3.0", "--mc-samples", "3", "--no-progress",
                               "--out", str(report_path)]) == 0
     report = json.loads(report_path.read_text())
+    printed = capsys.readouterr().out.splitlines()  # piped: a line per condition, then every file written
+    assert [line.split(":")[0] for line in printed[:2]] == ["val clean", "val noise_3"]
+    assert "MC accuracy" in printed[1] and "->" not in printed[1]
+    assert printed[2:] == ["files written:", f"  {report_path}"] + [
+        f"  {tmp_path / name}" for name in ("val_clean_results.json", "reliability_val_clean.png",
+                                            "val_noise_3_results.json", "reliability_val_noise_3.png")]
     assert report["conditions"]["clean"]["accuracy"]["overall"] == second["final_eval"]["overall"]
     noisy = report["conditions"]["noise_3"]
     assert noisy["noise_std"] == 3.0 and load_submission(noisy["results_file"]) != load_submission(

@@ -20,3 +20,24 @@ def test_piped_run_prints_epoch_lines_summary_and_files(vqa_fixture, tmp_path, c
     assert last[-1] == f"  {out / 'val_predictions.json'}"
     results = json.loads((out / "results.json").read_text())
     assert results["train_seconds"] == sum(epoch["seconds"] for epoch in results["epochs"]) > 0
+
+
+def test_ctrl_c_exits_130_with_a_resume_hint_and_the_rerun_resumes(vqa_fixture, tmp_path, capsys, monkeypatch,
+                                                                   ctrl_c_on_call):
+    from common.utils import console
+
+    out = tmp_path / "run"
+    argv = ["--data-root", str(vqa_fixture.root), "--out", str(out), "--attention", "softmax", "--epochs", "2", *SMALL]
+    monkeypatch.setenv(console.PROGRESS_SECONDS_ENV, "3600")
+    # 50 questions / batches of 10: 5 training batches an epoch (evaluation calls the model directly)
+    restore = ctrl_c_on_call(vqa_train, "model_inputs", 7)
+    assert vqa_train.main(argv) == 130
+    err = capsys.readouterr().err
+    assert err.rstrip().endswith("interrupted at epoch 2/2 batch 1/5; re-run the same command to resume")
+    assert "epoch 1/2: train BCE/question" in err and "epoch 2/2: train BCE/question" not in err
+    assert [p.name for p in (out / "checkpoints").glob("*.pt")] == ["step_0.pt"] and not (out / "results.json").exists()
+    restore()
+    assert vqa_train.main(argv) == 0
+    err = capsys.readouterr().err
+    assert "epoch 2/2: train BCE/question" in err and "epoch 1/2:" not in err  # epoch 1 from its checkpoint
+    assert [row["epoch"] for row in json.loads((out / "results.json").read_text())["epochs"]] == [0, 1]

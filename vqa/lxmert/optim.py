@@ -20,6 +20,7 @@ from omegaconf import DictConfig
 from torch import nn
 
 ADAPTIVE = ("attend.span.z", "attend.normalizer.alpha_logit")
+OPTIMIZERS = ("lamb_lookahead", "adamw")  # optim.name
 
 
 class Lookahead(torch_optimizer.Lookahead):
@@ -84,5 +85,5 @@ def build_optimizer(model: nn.Module, cfg: DictConfig, total_steps: int) -> Tupl
 
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, linear)
     else:
-        raise ValueError(f"optim.name must be lamb_lookahead or adamw, got {cfg.name!r}")
+        raise ValueError(f"optim.name must be one of {', '.join(OPTIMIZERS)}, got {cfg.name!r}")
     return optimizer, scheduler

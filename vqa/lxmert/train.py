@@ -44,7 +44,7 @@ from common.utils import (
     seed_everything,
 )
 from common.utils.cli import overrides_from, training_parser
-from common.utils.config import check_resumable, layer_configs, packaged_config, to_dict
+from common.utils.config import PROBABILITY, POSITIVE, Rule, at_least, check_resumable, layer_configs, packaged_config, to_dict
 from common.utils.runtime import DeviceError, Runtime
 from vqa.answers import AnswerVocab, answers_of
 from vqa.data import VQADataError, VQADataset, data_path, load_split
@@ -55,7 +55,7 @@ from .answer_head import load_answer_table, transfer_answer_head
 from .data import bert_encoder, model_inputs
 from .flops import count_flops, dummy_inputs
 from .model import PretrainedError, build_vqa_model, head_parameters, load_vqa_model, vqa_loss
-from .optim import build_optimizer
+from .optim import OPTIMIZERS, build_optimizer
 from .plots import plot_head_values
 
 CONFIG_NAME = "lxmert.yaml"
@@ -63,6 +63,14 @@ CONFIG_NAME = "lxmert.yaml"
 RESUMABLE_KEYS = ("data_root", "out_dir", "device", "model.pretrained", "train.max_steps", "train.num_workers",
                   "train.num_threads", "train.eval_batch_size", "train.log_every", "train.checkpoint_every",
                   "train.precision", "train.compile")
+#: Ranges and choices of the LXMERT keys (beyond :data:`common.utils.config.RULES`).
+RULES = {
+    "data.max_words": at_least(3),  # [CLS], a word piece, [SEP]
+    **{f"model.adaptation.layerdrop.{stack}": at_least(0) for stack in ("language", "vision", "cross")},
+    "optim.name": Rule(choices=OPTIMIZERS), "optim.max_lr": POSITIVE, "optim.step_size_up": at_least(1),
+    "optim.warmup": PROBABILITY, "optim.lookahead_k": at_least(1), "optim.lookahead_alpha": Rule(0, 1, low_open=True),
+    "optim.adaptive_lr_mult": POSITIVE, "train.checkpoint_every": at_least(1),
+}
 PACKAGES = ("attention-suite", "torch", "transformers", "torch-optimizer", "entmax", "h5py", "numpy", "omegaconf")
 
 
@@ -77,7 +85,8 @@ def load_config(variant: Optional[str] = None, overrides: Sequence[str] = (),
     base.variant = name
     base.model.adaptation = OmegaConf.merge(base.model.adaptation, base.variants[name])
     return layer_configs(base, config_file, overrides, defaults_name=f"vqa/configs/{CONFIG_NAME}",
-                         open_keys=("data.splits", "model.adaptation", "model.random_init"))
+                         open_keys=("data.splits", "model.adaptation", "model.random_init"),
+                         rules={**RULES, "model.adaptation.normalizer": Rule(choices=attention.available())})
 
 
 def default_out_dir(cfg: DictConfig) -> Path:

@@ -121,6 +121,23 @@ def test_train_cli_resumes_exactly_and_evaluate_reproduces_its_accuracy(vqa_root
     assert len(json.loads((straight / "test_predictions.json").read_text())) == 32
 
 
+def test_ctrl_c_exits_130_with_a_resume_hint_and_the_rerun_resumes(vqa_root, tmp_path, capsys, ctrl_c_on_call):
+    root, _, _ = vqa_root
+    out = tmp_path / "run"
+    argv = _train_args(root, out, "train.epochs=2")
+    restore = ctrl_c_on_call(lxmert_train, "vqa_loss", 6)  # 32 questions / batches of 8: 4 updates an epoch
+    assert lxmert_train.main(argv) == 130
+    err = capsys.readouterr().err
+    assert err.rstrip().endswith("interrupted at epoch 2/2 update 1/4; re-run the same command to resume")
+    assert [p.name for p in (out / "checkpoints").glob("*.pt")] == ["step_4.pt"] and not (out / "results.json").exists()
+    restore()
+    assert lxmert_train.main(argv) == 0
+    err = capsys.readouterr().err
+    assert "epoch 2/2 (update 8)" in err and "epoch 1/2" not in err  # resumed from the epoch-end checkpoint
+    logged = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in logged if "train/loss" in r] == list(range(1, 9))
+
+
 def test_missing_pretrained_directory_is_a_clear_cli_error(vqa_root, tmp_path, capsys):
     root, _, _ = vqa_root
     args = ["--data-root", str(root), "--out", str(tmp_path / "run"), "--no-progress",
