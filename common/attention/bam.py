@@ -74,8 +74,10 @@ class ContextualPrior(nn.Module):
 
     def forward(self, keys: Tensor, head_axis: int = -2) -> Tensor:
         """Logits ``keys.shape[:-1]``; per-head networks read the heads on ``head_axis`` (< -1)."""
-        if self.heads is None:
-            return self.out(self.activation(self.hidden(keys))).squeeze(-1)
+        if self.heads is None:  # feature-major: [d_mid, keys] products are several times faster on CPU
+            hidden = torch.addmm(self.hidden.bias.view(-1, 1), self.hidden.weight, keys.reshape(-1, keys.shape[-1]).t())
+            out = torch.addmm(self.out.bias.view(1, 1), self.out.weight, self.activation(hidden))
+            return out.view(keys.shape[:-1])
         if keys.dim() < -head_axis or keys.shape[head_axis] != self.heads:
             raise ValueError(f"per-head prior networks need keys with {self.heads} heads on dim {head_axis}, "
                              f"got shape {tuple(keys.shape)}")
