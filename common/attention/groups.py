@@ -221,7 +221,7 @@ class EdgeGroups:
             with warnings.catch_warnings():  # "Sparse CSR tensor support is in beta state"
                 warnings.simplefilter("ignore", UserWarning)
                 self._ones = torch.sparse_csr_tensor(
-                    self.ptr, torch.arange(num_edges, device=x.device), x.new_ones(num_edges),
+                    self.ptr, torch.arange(num_edges, dtype=self.ptr.dtype, device=x.device), x.new_ones(num_edges),
                     (self.num_nodes, num_edges), check_invariants=False)
         out = torch.sparse.mm(self._ones, x.reshape(x.shape[0], -1))
         return out.view((self.num_nodes,) + x.shape[1:])
