@@ -42,20 +42,23 @@ def lgamma_digamma_positive(x: Tensor, with_digamma: bool = True):
     ``torch.lgamma`` / ``torch.digamma``."""
     if x.device.type != "cpu":
         return torch.lgamma(x), (torch.digamma(x) if with_digamma else None)
+    # ordered (and in place) so that few temporaries are alive at once
     x5 = x + 5.0
-    y = x5 + 1.0
-    inv = y.reciprocal()
-    inv2 = inv.square()
-    log_y = y.log()
     w = x5 * x
     w4, w6 = w + 4.0, w + 6.0
-    series = inv2.mul(-1 / 1680).add_(1 / 1260).mul_(inv2).sub_(1 / 360).mul_(inv2).add_(1 / 12).mul_(inv)
-    lgamma = (y - 0.5).mul_(log_y).sub_(y).add_(_HALF_LOG_2PI).add_(series)
-    lgamma.sub_((w * w4).log_()).sub_(w6.log())  # w (w+4) < 1e38 for x < 1e9
+    lgamma = (w * w4).log_().add_(w6.log()).neg_()  # w (w+4) < 1e38 for x < 1e9
+    y = x5 + 1.0
+    inv = y.reciprocal()
+    log_y = y.log()
+    lgamma.sub_(y).add_(_HALF_LOG_2PI).addcmul_(y.sub_(0.5), log_y)
+    del y
+    inv2 = inv.square()
+    lgamma.add_(inv2.mul(-1 / 1680).add_(1 / 1260).mul_(inv2).sub_(1 / 360).mul_(inv2).add_(1 / 12).mul_(inv))
     if not with_digamma:
         return lgamma, None
     series = inv2.mul(-1 / 132).add_(1 / 240).mul_(inv2).sub_(1 / 252).mul_(inv2).add_(1 / 120).mul_(inv2)
     digamma = log_y.sub_(inv.mul_(0.5)).add_(series.sub_(1 / 12).mul_(inv2))
+    del inv, inv2, series
     shift = w.reciprocal_().add_(w4.reciprocal_()).add_(w6.reciprocal_()).mul_(x5.add_(x))
     return lgamma, digamma.sub_(shift)
 
