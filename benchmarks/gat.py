@@ -55,6 +55,7 @@ from common.utils import atomic_write_json, environment  # noqa: E402
 
 THREADS = 2  # the setting; --threads changes it (e.g. 1 on a CPU shared with other jobs)
 DEVICE = torch.device("cpu")  # --device cuda times both sides on a GPU (synchronised)
+SECTIONS = ("layer", "train_step", "large", "minibatch_epoch")
 LARGE = {"nodes": 170_000, "edges": 1_200_000, "features": 64, "heads": 8, "channels": 8}
 
 
@@ -379,6 +380,8 @@ def main() -> int:
                         help="mini-batches of the epoch benchmark (0 = the whole epoch over every node)")
     parser.add_argument("--quick", action="store_true",
                         help="short CPU run: 10 repeats, 1 on the large graph, 4 mini-batches")
+    parser.add_argument("--sections", default=",".join(SECTIONS),
+                        help=f"comma-separated subset of {','.join(SECTIONS)} (default: all)")
     parser.add_argument("--memory-child", choices=("pyg", "softmax", "bam-wc"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.quick:
@@ -391,14 +394,19 @@ def main() -> int:
         return 0
     from graphattn.data import load_planetoid
     data = load_planetoid("Cora", args.data_root)
-    results = {"threads": args.threads, "device": str(DEVICE), "layer": bench_layer(data, args.repeats)}
-    print("layer", json.dumps(results["layer"]), flush=True)
-    results["train_step"] = bench_train_step(data, args.repeats)
-    print("train_step", json.dumps(results["train_step"]), flush=True)
-    results["large"] = bench_large(args.large_repeats)
-    print("large", json.dumps(results["large"]), flush=True)
-    results["minibatch_epoch"] = bench_minibatch_epoch(args.batch_size, args.epoch_batches)
-    print("minibatch_epoch", json.dumps(results["minibatch_epoch"]), flush=True)
+    sections = args.sections.split(",")
+    unknown = sorted(set(sections) - set(SECTIONS))
+    if unknown:
+        parser.error(f"--sections: unknown {unknown}; choose from {','.join(SECTIONS)}")
+    benches = {"layer": lambda: bench_layer(data, args.repeats),
+               "train_step": lambda: bench_train_step(data, args.repeats),
+               "large": lambda: bench_large(args.large_repeats),
+               "minibatch_epoch": lambda: bench_minibatch_epoch(args.batch_size, args.epoch_batches)}
+    results = {"threads": args.threads, "device": str(DEVICE)}
+    for name in SECTIONS:
+        if name in sections:
+            results[name] = benches[name]()
+            print(name, json.dumps(results[name]), flush=True)
     results["environment"] = environment()
     results["load_average"] = os.getloadavg()
     atomic_write_json(args.out, results)

@@ -29,7 +29,7 @@ from torch import Tensor, nn
 
 from .aux import add_aux_loss, collecting
 from .base import Normalizer
-from .functional import EULER_GAMMA, digamma_positive, lgamma_positive, lognormal_log_noise, weibull_log_noise
+from .functional import EULER_GAMMA, lgamma_digamma_positive, lognormal_log_noise, weibull_log_noise
 from .groups import EdgeGroups, make_groups
 from .kernels import use_triton
 
@@ -74,8 +74,10 @@ class ContextualPrior(nn.Module):
 
     def forward(self, keys: Tensor, head_axis: int = -2) -> Tensor:
         """Logits ``keys.shape[:-1]``; per-head networks read the heads on ``head_axis`` (< -1)."""
-        if self.heads is None:
-            return self.out(self.activation(self.hidden(keys))).squeeze(-1)
+        if self.heads is None:  # feature-major: [d_mid, keys] products are several times faster on CPU
+            hidden = torch.addmm(self.hidden.bias.view(-1, 1), self.hidden.weight, keys.reshape(-1, keys.shape[-1]).t())
+            out = torch.addmm(self.out.bias.view(1, 1), self.out.weight, self.activation(hidden))
+            return out.view(keys.shape[:-1])
         if keys.dim() < -head_axis or keys.shape[head_axis] != self.heads:
             raise ValueError(f"per-head prior networks need keys with {self.heads} heads on dim {head_axis}, "
                              f"got shape {tuple(keys.shape)}")
@@ -270,25 +272,36 @@ class WeibullGammaKL:
         # alpha is kept above the smallest normal float so that lgamma(alpha) stays finite
         return math.log(torch.finfo(x.dtype).tiny)
 
-    def value(self, logp: Tensor, log_pi: Optional[Tensor]):
-        """The per-entry KL, and the tensors :meth:`grads` reuses: ``(d value / d log p, alpha)``."""
-        beta_p = self._shift(logp).exp()
+    def value(self, logp: Tensor, log_pi: Optional[Tensor], need_prior: bool = False,
+              p: Optional[Tensor] = None, pi: Optional[Tensor] = None):
+        """The per-entry KL, and what :meth:`grads` reuses: ``d value / d log p`` and, with
+        ``need_prior``, ``d value / d log pi``, computed here with ``lgamma`` in shared passes.
+        ``p`` and ``pi``, when given, are ``exp(logp)`` and ``exp(log_pi)``."""
+        beta_p = self._shift(logp).exp() if p is None else (p if self.log_beta == 0 else p * math.exp(self.log_beta))
         if log_pi is None:
             return torch.add(beta_p, logp, alpha=-self.alpha), (beta_p - self.alpha,)
-        alpha = self._shift(log_pi).clamp_min(self._log_tiny(log_pi)).exp_()
+        tiny = self._log_tiny(log_pi)
+        if pi is None:
+            alpha = self._shift(log_pi).clamp_min(tiny).exp_()
+        else:
+            alpha = pi.clamp_min(math.exp(tiny - self.log_beta))
+            alpha = alpha if self.log_beta == 0 else alpha.mul_(math.exp(self.log_beta))
         d_logp = beta_p - alpha
-        return beta_p.add_(lgamma_positive(alpha)).addcmul_(alpha, self.c - logp), (d_logp, alpha)
-
-    def grads(self, logp: Tensor, log_pi: Optional[Tensor], saved, need_prior: bool):
-        """Derivatives of :meth:`value` with respect to ``log p`` and ``log pi``."""
-        d_logp = saved[0]
-        if log_pi is None or not need_prior:
-            return d_logp, None
+        lgamma, digamma = lgamma_digamma_positive(alpha, with_digamma=need_prior)
+        c_minus_logp = torch.sub(self.c, logp)
+        value = torch.add(beta_p, lgamma).addcmul_(alpha, c_minus_logp)
+        if not need_prior:
+            return value, (d_logp,)
         # d alpha / d log pi = alpha (zero where alpha is clamped); d lgamma(alpha) / d alpha = digamma(alpha)
-        alpha = saved[1]
-        d_log_pi = (digamma_positive(alpha).add_(self.c) - logp).mul_(alpha)
-        clamped = log_pi < self._log_tiny(log_pi) - self.log_beta
-        return d_logp, d_log_pi.masked_fill_(clamped, 0.0)
+        d_log_pi = (digamma + c_minus_logp).mul_(alpha)  # digamma may broadcast (one prior per key)
+        low = tiny - self.log_beta
+        if log_pi.device.type != "cpu" or bool(log_pi.amin() < low):  # rare: skip the mask's passes
+            d_log_pi.masked_fill_(log_pi < low, 0.0)
+        return value, (d_logp, d_log_pi)
+
+    def grads(self, saved, need_prior: bool, has_prior: bool):
+        """Derivatives of :meth:`value` with respect to ``log p`` and ``log pi``."""
+        return saved[0], (saved[1] if need_prior and len(saved) > 1 else None)
 
 
 class LognormalKL:
@@ -310,14 +323,15 @@ class LognormalKL:
         diff = logp + self.offset
         return diff - log_pi if log_pi is not None else diff
 
-    def value(self, logp: Tensor, log_pi: Optional[Tensor]):
+    def value(self, logp: Tensor, log_pi: Optional[Tensor], need_prior: bool = False,
+              p: Optional[Tensor] = None, pi: Optional[Tensor] = None):
         """The per-entry KL, and the tensor :meth:`grads` reuses (``mu_q - mu_p``)."""
         diff = self._diff(logp, log_pi)
         return diff.square().mul_(self.scale), (diff,)
 
-    def grads(self, logp: Tensor, log_pi: Optional[Tensor], saved, need_prior: bool):
+    def grads(self, saved, need_prior: bool, has_prior: bool):
         d_logp = saved[0] * (2 * self.scale)
-        return d_logp, (-d_logp if need_prior and log_pi is not None else None)
+        return d_logp, (-d_logp if need_prior and has_prior else None)
 
 
 class _MeanKL(torch.autograd.Function):
@@ -334,32 +348,35 @@ class _MeanKL(torch.autograd.Function):
     @staticmethod
     def forward(ctx, scores: Tensor, prior_logits: Optional[Tensor], kernel, groups,
                 prior_normalized: bool = False) -> Tensor:
-        logp = groups.log_softmax(scores)
-        log_pi = prior_logits if prior_logits is None or prior_normalized else groups.log_softmax(prior_logits)
-        value, saved = kernel.value(logp, log_pi)
-        ctx.save_for_backward(logp, log_pi, *saved)
+        logp, p = groups.log_softmax_pair(scores)
+        log_pi, pi = prior_logits, None
+        if prior_logits is not None and not prior_normalized:
+            log_pi, pi = groups.log_softmax_pair(prior_logits)
+        value, saved = kernel.value(logp, log_pi, log_pi is not None and ctx.needs_input_grad[1], p, pi)
+        # the backward needs the weights p and pi (log pi when it is normalised over other keys)
+        ctx.save_for_backward(p, log_pi if pi is None else pi, *saved)
         ctx.kernel, ctx.groups, ctx.prior_normalized = kernel, groups, prior_normalized
         return groups.mean(value) + kernel.const
 
     @staticmethod
     def backward(ctx, grad: Tensor):
-        logp, log_pi, *saved = ctx.saved_tensors
+        p, prior, *saved = ctx.saved_tensors
         groups = ctx.groups
-        d_logp, d_log_pi = ctx.kernel.grads(logp, log_pi, saved, ctx.needs_input_grad[1])
-        scale = grad / groups.count(logp)
+        d_logp, d_log_pi = ctx.kernel.grads(saved, ctx.needs_input_grad[1], prior is not None)
+        scale = grad / groups.count(p)
         d_scores = groups.zero_masked(d_logp) * scale
         if not ctx.kernel.centred_score_grad:
-            d_scores = _log_softmax_backward(d_scores, logp, groups)
+            d_scores = _log_softmax_backward(d_scores, p, groups)
         if d_log_pi is None:
             return d_scores, None, None, None, None
-        d_log_pi = groups.zero_masked(d_log_pi).sum_to_size(log_pi.shape) * scale
+        d_log_pi = groups.zero_masked(d_log_pi).sum_to_size(prior.shape) * scale
         if not ctx.prior_normalized:
-            d_log_pi = _log_softmax_backward(d_log_pi, log_pi, groups)
+            d_log_pi = _log_softmax_backward(d_log_pi, prior, groups)
         return d_scores, d_log_pi, None, None, None
 
 
-def _log_softmax_backward(grad: Tensor, log_weights: Tensor, groups) -> Tensor:
+def _log_softmax_backward(grad: Tensor, weights: Tensor, groups) -> Tensor:
     """Chain rule through ``log_softmax``: ``grad - softmax * sum_group(grad)`` (``grad`` is
     zero on masked entries; NaN weights of fully masked rows are selected away)."""
-    out = grad - log_weights.exp() * groups.expand(groups.sum(grad))
+    out = grad - weights * groups.expand(groups.sum(grad))
     return groups.zero_masked(out) if groups.empty_rows else out

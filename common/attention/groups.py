@@ -19,6 +19,7 @@ weight and fully masked rows give all-zero weights, never NaN.
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Optional
 
 import torch
@@ -79,6 +80,11 @@ class DenseGroups:
         """Log-weights; masked entries are ``-inf`` (NaN on fully masked rows): use with :meth:`mean`."""
         return torch.log_softmax(self.fill(x, float("-inf")), dim=-1)
 
+    def log_softmax_pair(self, x: Tensor):
+        """``(log_softmax(x), softmax(x))``, see :meth:`log_softmax`."""
+        log_weights = self.log_softmax(x)
+        return log_weights, log_weights.exp()
+
     def count(self, like: Tensor) -> int:
         """Number of real entries in a tensor shaped like ``like``."""
         if self.mask is None:
@@ -125,13 +131,21 @@ class _EdgeSoftmax(torch.autograd.Function):
         return weighted.sub_(out * ctx.groups.total(weighted)), None
 
 
+def _edge_log_softmax(x: Tensor, groups: "EdgeGroups", with_weights: bool = False):
+    """``(log_softmax(x), softmax(x) if with_weights)`` over the groups, from one ``exp``."""
+    shifted = x - _edge_shift(x, groups)
+    exp = shifted.exp()
+    total = groups.sum(exp)
+    weights = exp.div_(groups.expand(total)) if with_weights else None
+    return shifted.sub_(groups.expand(total.log_())), weights
+
+
 class _EdgeLogSoftmax(torch.autograd.Function):
     """Log-softmax over edges grouped by target; saves only the output for backward."""
 
     @staticmethod
     def forward(ctx, x: Tensor, groups: "EdgeGroups") -> Tensor:
-        shifted = x - _edge_shift(x, groups)
-        out = shifted.sub_(groups.total(shifted.exp()).log_())
+        out = _edge_log_softmax(x, groups)[0]
         ctx.save_for_backward(out)
         ctx.groups = groups
         return out
@@ -140,6 +154,9 @@ class _EdgeLogSoftmax(torch.autograd.Function):
     def backward(ctx, grad: Tensor):
         (out,) = ctx.saved_tensors
         return grad - out.exp() * ctx.groups.total(grad), None
+
+
+_CSR_SUM_DTYPES = (torch.float32, torch.float64)
 
 
 class EdgeGroups:
@@ -166,6 +183,7 @@ class EdgeGroups:
                 )
             num_nodes = ptr.numel() - 1
         self.ptr = ptr
+        self._ones: Optional[Tensor] = None  # see _csr_sum
         self.num_nodes = int(index.max()) + 1 if num_nodes is None and index.numel() else (num_nodes or 0)
 
     def check(self, scores: Tensor) -> None:
@@ -190,7 +208,23 @@ class EdgeGroups:
         return self._reduce(x, "max")
 
     def sum(self, x: Tensor) -> Tensor:
+        if self.ptr is not None and x.device.type == "cpu" and x.dtype in _CSR_SUM_DTYPES \
+                and x.dim() > 1 and not (x.requires_grad and torch.is_grad_enabled()):
+            return self._csr_sum(x)
         return self._reduce(x, "sum")
+
+    def _csr_sum(self, x: Tensor) -> Tensor:
+        """Segment sums on CPU as one product with the ``[nodes, edges]`` 0/1 CSR matrix of
+        ``ptr``: the same sums in the same order, several times faster than ``segment_reduce``."""
+        if self._ones is None or self._ones.dtype != x.dtype:
+            num_edges = self.index.numel()
+            with warnings.catch_warnings():  # "Sparse CSR tensor support is in beta state"
+                warnings.simplefilter("ignore", UserWarning)
+                self._ones = torch.sparse_csr_tensor(
+                    self.ptr, torch.arange(num_edges, dtype=self.ptr.dtype, device=x.device), x.new_ones(num_edges),
+                    (self.num_nodes, num_edges), check_invariants=False)
+        out = torch.sparse.mm(self._ones, x.reshape(x.shape[0], -1))
+        return out.view((self.num_nodes,) + x.shape[1:])
 
     def expand(self, group_values: Tensor) -> Tensor:
         return group_values.index_select(0, self.index)
@@ -208,6 +242,10 @@ class EdgeGroups:
 
     def log_softmax(self, x: Tensor) -> Tensor:
         return _EdgeLogSoftmax.apply(x, self)
+
+    def log_softmax_pair(self, x: Tensor):
+        """``(log_softmax(x), softmax(x))`` (no autograd), sharing one ``exp``."""
+        return _edge_log_softmax(x, self, with_weights=True)
 
     def count(self, like: Tensor) -> int:
         return max(like.numel(), 1)

@@ -56,8 +56,11 @@ def assert_paths_agree(name, degrees, dtype, monkeypatch, device="cpu", **option
     groups = EdgeGroups(index, ptr=ptr)
     torch_path = run(bam, scores, keys, groups, src, noise, grad_w, "0", monkeypatch)
     fused = run(bam, scores, keys, groups, src, noise, grad_w, "1", monkeypatch)
+    # float32: the prior's output-bias gradient, a sum over every node and head, is zero up to
+    # rounding with prior_scope="all" (about 1e-5 either way)
+    atol = 3e-5 if dtype == torch.float32 else 1e-5
     for ref, got in zip(torch_path, fused):
-        torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(got, ref, rtol=1e-5, atol=atol)
     assert fused[1].abs() > 1e-3  # the KL term is there
 
 
