@@ -65,7 +65,7 @@ def test_fused_equals_materialised_under_the_same_noise(case, keep_tiles, monkey
     name, use_mask, causal, options = case if len(case) == 4 else (*case, {})
     norm = attention.build(name, key_dim=D, k=4.0, sigma=0.5, **options).train()
     assert supports(norm.kl_kernel, causal)
-    monkeypatch.setattr(dense_bam, "CHUNK_ELEMENTS", B * H * K * 4)  # two chunks: 4 + 2 queries
+    monkeypatch.setattr(dense_bam, "CHUNK_ELEMENTS", K * 4)  # two chunks per head: 4 + 2 queries
     if not keep_tiles:
         monkeypatch.setattr(dense_bam, "KEEP_BYTES", 0)
     q, k, v, mask, noise = _inputs()
@@ -117,7 +117,7 @@ def test_drawn_noise_and_dropout_are_replayed_in_the_backward_pass(monkeypatch):
     softmax_out = torch.softmax((q @ k.transpose(-1, -2) * D**-0.5).masked_fill(~mask, float("-inf")), -1)
     assert not torch.allclose(results[0][0][:2], (softmax_out @ v)[:2], atol=1e-3)  # noise and dropout act
     for got, want in zip(*results):
-        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)  # exp(z - norm) vs softmax rounding
 
 
 def test_drawn_sample_has_the_law_of_the_materialised_sample():
