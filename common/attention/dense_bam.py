@@ -28,13 +28,14 @@ import math
 import os
 from typing import Optional
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from .aux import add_aux_loss, collecting
 from .bam import BAM
 from .bam_stats import dense_kl, needs_square_sums, supports
-from .functional import lognormal_log_noise, weibull_log_noise
+from .functional import log_weibull_
 from .kernels import use_triton
 
 #: Score entries per chunk: 4 MiB of float32, which stays in the cache while a chunk's
@@ -58,23 +59,50 @@ class Sampler:
     def draws(self, like: Tensor, chunk: int, where: tuple):
         """The chunk's standard log-noise (or None; scale it by ``noise_scale``) and dropout
         scale (``keep / (1 - p)``, or None); ``where`` indexes the chunk in the explicit noise."""
-        generator = None
-        if (self.noise_scale and self.noise is None) or self.dropout:
-            generator = torch.Generator(device=like.device)
-            generator.manual_seed((self.seed + chunk * _SEED_STRIDE) % (1 << 63))
+        stream = _Stream((self.seed + chunk * _SEED_STRIDE) % (1 << 63))
         noise = None
         if self.noise_scale:
             if self.noise is not None:
                 noise = self.noise[where].to(like.dtype, copy=True)
             elif self.posterior == "weibull":
-                noise = weibull_log_noise(like, 1.0, generator)
+                noise = log_weibull_(stream.uniform(like), 1.0)
             else:
-                noise = lognormal_log_noise(like, 1.0, generator)
+                noise = stream.normal(like)
         keep = None
         if self.dropout:
-            keep = torch.rand(like.shape, dtype=like.dtype, device=like.device, generator=generator)
-            keep = (keep >= self.dropout).to(like.dtype).div_(1 - self.dropout)
+            keep = (stream.uniform(like) >= self.dropout).to(like.dtype).div_(1 - self.dropout)
         return noise, keep
+
+
+class _Stream:
+    """The random numbers of one chunk, from generators seeded with ``seed``. On CPU the uniforms
+    come from numpy's PCG64, which draws them in about half the time of torch's mt19937, with
+    the same law (multiples of ``2^-24`` in float32, ``2^-53`` in float64, in ``[0, 1)``);
+    normals come from torch's generator (its vectorised Box-Muller is the faster one)."""
+
+    def __init__(self, seed: int):
+        self.seed, self._numpy, self._torch = seed, None, None
+
+    def uniform(self, like: Tensor) -> Tensor:
+        if like.device.type != "cpu" or like.dtype not in _NUMPY_FLOATS:
+            return torch.rand(like.shape, dtype=like.dtype, device=like.device, generator=self._generator(like))
+        if self._numpy is None:
+            self._numpy = np.random.Generator(np.random.PCG64(self.seed))
+        u = torch.empty(like.shape, dtype=like.dtype)
+        self._numpy.random(out=u.numpy(), dtype=_NUMPY_FLOATS[like.dtype])
+        return u
+
+    def normal(self, like: Tensor) -> Tensor:
+        return torch.randn(like.shape, dtype=like.dtype, device=like.device, generator=self._generator(like))
+
+    def _generator(self, like: Tensor) -> torch.Generator:
+        if self._torch is None:
+            self._torch = torch.Generator(device=like.device)
+            self._torch.manual_seed(self.seed)
+        return self._torch
+
+
+_NUMPY_FLOATS = {torch.float32: np.float32, torch.float64: np.float64}
 
 
 class _Chunk:
