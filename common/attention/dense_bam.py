@@ -239,6 +239,8 @@ def _real(s: Tensor, visible: Optional[Tensor]) -> Tensor:
 def _visible(key_mask: Optional[Tensor], causal: bool, c: _Chunk) -> Optional[Tensor]:
     """The chunk's visibility (True = attend), broadcastable to its scores; None when all keys are visible."""
     mask = None if key_mask is None else key_mask[c.groups, :, :c.keys]
+    if mask is not None and bool(mask.all()):  # a padding mask whose padding the chunk skips
+        mask = None
     if not causal:
         return mask
     device = None if key_mask is None else key_mask.device
