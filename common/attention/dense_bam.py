@@ -127,7 +127,7 @@ class _ChunkedNoisyAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, key_mask, causal, scale, sampler, want_lse, want_sq):
-        out = q.new_zeros(q.shape[:-1] + v.shape[-1:])
+        out = q.new_empty(q.shape[:-1] + v.shape[-1:])  # every row is some chunk's
         lse = q.new_full(q.shape[:-1] if want_lse else (0,), float("-inf"))
         norm = q.new_empty(q.shape[:-1] + (1,))
         sq = q.new_zeros(q.shape[:-1] if want_sq else (0,))
@@ -170,7 +170,7 @@ class _ChunkedNoisyAttention(torch.autograd.Function):
         q_scaled, k, v, key_mask, lse, norm, out = ctx.saved_tensors
         scale, sampler = ctx.scale, ctx.sampler
         tiles, ctx.tiles = ctx.tiles, None
-        dq = torch.zeros_like(q_scaled)
+        dq = torch.empty_like(q_scaled)
         # dk and dv are accumulated transposed, [G, d, K]: a product with a transposed
         # [rows x d] factor is markedly faster than one with a transposed [rows x K] factor
         dk_t = k.new_zeros(k.shape[0], k.shape[2], k.shape[1])
