@@ -211,17 +211,20 @@ class _ChunkedNoisyAttention(torch.autograd.Function):
 
 
 def _plan(q: Tensor, k: Tensor, key_mask: Optional[Tensor], causal: bool) -> list:
-    """The chunks of :data:`CHUNK_ELEMENTS` score entries: whole heads while they fit, else one
-    head's query rows; each skips the keys after the last one its queries see."""
+    """The chunks of at most :data:`CHUNK_ELEMENTS` score entries: whole heads with the same last
+    visible key while they fit, else one head's query rows; each skips the keys after that one."""
     (G, Q, _), K = q.shape, k.shape[-2]
     rows = max(1, min(Q, CHUNK_ELEMENTS // max(K, 1)))
     groups = max(1, CHUNK_ELEMENTS // max(Q * K, 1)) if rows == Q else 1
     last = [K] * G  # one past each head's last visible key
     if key_mask is not None:
         last = (key_mask.squeeze(-2) * torch.arange(1, K + 1, device=k.device)).amax(-1).tolist()
-    chunks = []
-    for g0 in range(0, G, groups):
-        g = slice(g0, min(g0 + groups, G))
+    chunks, g0 = [], 0
+    while g0 < G:  # heads with the same last visible key: prefix padding is never computed
+        g1 = g0 + 1
+        while g1 < min(g0 + groups, G) and last[g1] == last[g0]:
+            g1 += 1
+        g, g0 = slice(g0, g1), g1
         for r0 in range(0, Q, rows):
             r = slice(r0, min(r0 + rows, Q))
             keys = max(last[g])
