@@ -2,16 +2,17 @@
 
 The BAM sample is ``W = softmax(s + noise)`` (Fan et al., 2020, Sec. 3.2, in log space; see
 :mod:`common.attention.bam`), so ``W v`` is attention with an additive random bias. This
-module computes it chunk by chunk over the queries, as a flash-attention kernel does over
-tiles: a chunk's scores, noise, weights and gradients exist only while that chunk is
+module computes it chunk by chunk (a few heads, or one head's query rows), as a flash-attention
+kernel does over tiles, skipping the keys after a chunk's last visible one (key padding):
+a chunk's scores, noise, weights and gradients exist only while that chunk is
 processed, the backward pass recomputes them (it draws the same noise again), and the
 memory kept between the passes is ``O(L)``: ``q, k, v``, the output and two numbers per
 query. The KL comes from per-query statistics (:mod:`common.attention.bam_stats`).
 
-The noise of a chunk comes from a generator seeded with ``(seed, chunk)``, the seed drawn
-from torch's default generator at each call, so ``torch.manual_seed`` makes runs
-repeatable. Dropout on the weights (``Attend``'s ``dropout``) draws its mask from the same
-generator. ``noise=`` takes an explicit standard log-noise tensor instead (tests compare
+The noise of a chunk comes from generators seeded with ``(seed, chunk)`` (:class:`_Stream`:
+numpy's PCG64 for the uniforms on CPU, torch's for the normals), the seed drawn from torch's
+default generator at each call, so ``torch.manual_seed`` makes runs repeatable. Dropout on
+the weights (``Attend``'s ``dropout``) draws its mask from the same stream. ``noise=`` takes an explicit standard log-noise tensor instead (tests compare
 the chunked path with the materialised one under the same noise).
 
 Where :func:`~common.attention.kernels.use_triton` says so (CUDA tensors), the Triton kernels
