@@ -78,6 +78,13 @@ def test_fused_equals_materialised_under_the_same_noise(case, keep_tiles, monkey
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
+def test_chunks_group_heads_by_padding_and_skip_it():
+    q, k, _, mask, _ = _inputs()
+    plan = dense_bam._plan(q.reshape(-1, Q, D), k.reshape(-1, K, D), mask.expand(B, H, 1, K).reshape(-1, 1, K), False)
+    assert [(c.groups, c.rows, c.keys) for c in plan] == [
+        (slice(0, 2), slice(0, Q), 7), (slice(2, 4), slice(0, Q), 3), (slice(4, 6), slice(0, Q), 1)]
+
+
 def test_fully_masked_rows_give_exact_zeros_and_finite_gradients():
     norm = attention.build("bam-wc", key_dim=D).train()
     q, k, v, mask, noise = _inputs()
