@@ -92,7 +92,9 @@ def dense_kl(
 
     def q_dot_keys(weights: Tensor) -> Tensor:
         """``scale q_i . sum_{j in V_i} w_j k_j`` for per-key weights ``[..., H, K]`` (zero on hidden keys)."""
-        # elementwise products: the matrix products here would have an inner size of 1
+        if rows is None:  # two matrix-vector products: no [..., Q, d] temporary in either pass
+            key_sum = torch.matmul(weights.to(k.dtype).unsqueeze(-2), k)  # [..., H, 1, d]
+            return torch.matmul(q, key_sum.transpose(-1, -2)).squeeze(-1).to(f64) * scale
         return (q * _key_sums(weights.to(k.dtype).unsqueeze(-1) * k, rows)).sum(-1).to(f64) * scale
 
     if isinstance(kernel, WeibullGammaKL):

@@ -2,16 +2,17 @@
 
 The BAM sample is ``W = softmax(s + noise)`` (Fan et al., 2020, Sec. 3.2, in log space; see
 :mod:`common.attention.bam`), so ``W v`` is attention with an additive random bias. This
-module computes it chunk by chunk over the queries, as a flash-attention kernel does over
-tiles: a chunk's scores, noise, weights and gradients exist only while that chunk is
+module computes it chunk by chunk (a few heads, or one head's query rows), as a flash-attention
+kernel does over tiles, skipping the keys after a chunk's last visible one (key padding):
+a chunk's scores, noise, weights and gradients exist only while that chunk is
 processed, the backward pass recomputes them (it draws the same noise again), and the
 memory kept between the passes is ``O(L)``: ``q, k, v``, the output and two numbers per
 query. The KL comes from per-query statistics (:mod:`common.attention.bam_stats`).
 
-The noise of a chunk comes from a generator seeded with ``(seed, chunk)``, the seed drawn
-from torch's default generator at each call, so ``torch.manual_seed`` makes runs
-repeatable. Dropout on the weights (``Attend``'s ``dropout``) draws its mask from the same
-generator. ``noise=`` takes an explicit standard log-noise tensor instead (tests compare
+The noise of a chunk comes from generators seeded with ``(seed, chunk)`` (:class:`_Stream`:
+numpy's PCG64 for the uniforms on CPU, torch's for the normals), the seed drawn from torch's
+default generator at each call, so ``torch.manual_seed`` makes runs repeatable. Dropout on
+the weights (``Attend``'s ``dropout``) draws its mask from the same stream. ``noise=`` takes an explicit standard log-noise tensor instead (tests compare
 the chunked path with the materialised one under the same noise).
 
 Where :func:`~common.attention.kernels.use_triton` says so (CUDA tensors), the Triton kernels
@@ -28,18 +29,19 @@ import math
 import os
 from typing import Optional
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from .aux import add_aux_loss, collecting
 from .bam import BAM
 from .bam_stats import dense_kl, needs_square_sums, supports
-from .functional import lognormal_log_noise, weibull_log_noise
+from .functional import log_weibull_
 from .kernels import use_triton
 
-#: Score entries per chunk (``batch x heads x chunk queries x keys``): 32 MiB of float32.
-#: Large chunks keep the batched matrix products efficient (many query rows per product).
-CHUNK_ELEMENTS = 1 << 23
+#: Score entries per chunk: 4 MiB of float32, which stays in the cache while a chunk's
+#: elementwise passes run over it and still makes batched matrix products of whole heads.
+CHUNK_ELEMENTS = 1 << 20
 #: The forward pass keeps the chunks' scores and weights for the backward pass while both
 #: together take at most this many bytes (short sequences); longer ones recompute them.
 KEEP_BYTES = 256 << 20
@@ -48,37 +50,74 @@ _SEED_STRIDE = 0x9E3779B97F4A7C15
 
 class Sampler:
     """The random part of one call: log-noise (``posterior``, ``noise_scale``, 0 for none),
-    dropout probability, the call's seed, or an explicit standard log-noise tensor."""
+    dropout probability, the call's seed, or an explicit standard log-noise tensor ``[G, Q, K]``."""
 
     def __init__(self, posterior: str, noise_scale: float, dropout: float, seed: int,
                  noise: Optional[Tensor] = None):
         self.posterior, self.noise_scale, self.dropout = posterior, noise_scale, dropout
         self.seed, self.noise = seed, noise
 
-    def draws(self, like: Tensor, chunk: int, rows: slice):
+    def draws(self, like: Tensor, chunk: int, where: tuple):
         """The chunk's standard log-noise (or None; scale it by ``noise_scale``) and dropout
-        scale (``keep / (1 - p)``, or None)."""
-        generator = None
-        if (self.noise_scale and self.noise is None) or self.dropout:
-            generator = torch.Generator(device=like.device)
-            generator.manual_seed((self.seed + chunk * _SEED_STRIDE) % (1 << 63))
+        scale (``keep / (1 - p)``, or None); ``where`` indexes the chunk in the explicit noise."""
+        stream = _Stream((self.seed + chunk * _SEED_STRIDE) % (1 << 63))
         noise = None
         if self.noise_scale:
             if self.noise is not None:
-                noise = self.noise[..., rows, :].to(like.dtype, copy=True)
+                noise = self.noise[where].to(like.dtype, copy=True)
             elif self.posterior == "weibull":
-                noise = weibull_log_noise(like, 1.0, generator)
+                noise = log_weibull_(stream.uniform(like), 1.0)
             else:
-                noise = lognormal_log_noise(like, 1.0, generator)
+                noise = stream.normal(like)
         keep = None
         if self.dropout:
-            keep = torch.rand(like.shape, dtype=like.dtype, device=like.device, generator=generator)
-            keep = (keep >= self.dropout).to(like.dtype).div_(1 - self.dropout)
+            keep = (stream.uniform(like) >= self.dropout).to(like.dtype).div_(1 - self.dropout)
         return noise, keep
 
 
+class _Stream:
+    """The random numbers of one chunk, from generators seeded with ``seed``. On CPU the uniforms
+    come from numpy's PCG64, which draws them in about half the time of torch's mt19937, with
+    the same law (multiples of ``2^-24`` in float32, ``2^-53`` in float64, in ``[0, 1)``);
+    normals come from torch's generator (its vectorised Box-Muller is the faster one)."""
+
+    def __init__(self, seed: int):
+        self.seed, self._numpy, self._torch = seed, None, None
+
+    def uniform(self, like: Tensor) -> Tensor:
+        if like.device.type != "cpu" or like.dtype not in _NUMPY_FLOATS:
+            return torch.rand(like.shape, dtype=like.dtype, device=like.device, generator=self._generator(like))
+        if self._numpy is None:
+            self._numpy = np.random.Generator(np.random.PCG64(self.seed))
+        u = torch.empty(like.shape, dtype=like.dtype)
+        self._numpy.random(out=u.numpy(), dtype=_NUMPY_FLOATS[like.dtype])
+        return u
+
+    def normal(self, like: Tensor) -> Tensor:
+        return torch.randn(like.shape, dtype=like.dtype, device=like.device, generator=self._generator(like))
+
+    def _generator(self, like: Tensor) -> torch.Generator:
+        if self._torch is None:
+            self._torch = torch.Generator(device=like.device)
+            self._torch.manual_seed(self.seed)
+        return self._torch
+
+
+_NUMPY_FLOATS = {torch.float32: np.float32, torch.float64: np.float64}
+
+
+class _Chunk:
+    """One tile of the work: heads ``groups``, queries ``rows``, and the keys before ``keys``
+    (the last key any of its queries sees: the keys after it get zero weight and are skipped)."""
+
+    def __init__(self, groups: slice, rows: slice, keys: int):
+        self.groups, self.rows, self.keys = groups, rows, keys
+        self.where = (groups, rows, slice(0, keys))
+
+
 class _ChunkedNoisyAttention(torch.autograd.Function):
-    """``(dropout(softmax(s + noise)) v, LSE_i, S2_i)`` over query chunks, ``s = scale q k^T``.
+    """``(dropout(softmax(s + noise)) v, LSE_i, S2_i)`` over chunks of ``q [G, Q, d]``, ``k, v [G, K, *]``,
+    ``s = scale q k^T``; ``key_mask`` is ``[G, 1, K]`` or None.
 
     ``LSE_i`` is the log-sum-exp of the clean scores over the visible keys and ``S2_i`` their sum
     of squares (computed when ``want_lse``/``want_sq``): the row statistics of the KL. Masked
@@ -89,28 +128,28 @@ class _ChunkedNoisyAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, key_mask, causal, scale, sampler, want_lse, want_sq):
-        Q = q.shape[-2]
-        chunk = _chunk_rows(q, k)
-        outs = []
+        out = q.new_empty(q.shape[:-1] + v.shape[-1:])  # every row is some chunk's
         lse = q.new_full(q.shape[:-1] if want_lse else (0,), float("-inf"))
         norm = q.new_empty(q.shape[:-1] + (1,))
         sq = q.new_zeros(q.shape[:-1] if want_sq else (0,))
         keep_tiles = 2 * math.prod(q.shape[:-1]) * k.shape[-2] * q.element_size() <= KEEP_BYTES
         empty_rows = key_mask is not None and (causal or not bool(key_mask.any(-1).all()))
+        chunks = _plan(q, k, key_mask, causal)
         ctx.tiles = []
         q_scaled = q * scale
-        for index, rows in enumerate(_chunks(Q, chunk)):
-            visible = _visible(key_mask, causal, rows, k.shape[-2], q.device)
-            s = _scores(q_scaled[..., rows, :], k, visible)
+        for index, c in enumerate(chunks):
+            g, rows = c.groups, c.rows
+            visible = _visible(key_mask, causal, c)
+            s = _scores(q_scaled[g, rows], k[g, :c.keys], visible)
             p = None
             if want_lse:  # p = softmax(s), LSE_i = max_j s_ij - log max_j p_ij (one fused softmax)
                 p = _fast_softmax(s, empty_rows)
-                lse[..., rows] = _log_normaliser(s, p)
+                lse[g, rows] = _log_normaliser(s, p)
             s_real = None
             if want_sq:
                 s_real = _real(s, visible)
-                sq[..., rows] = torch.linalg.vector_norm(s_real, dim=-1).square_()
-            noise, keep = sampler.draws(s, index, rows)
+                sq[g, rows] = torch.linalg.vector_norm(s_real, dim=-1).square_()
+            noise, keep = sampler.draws(s, index, c.where)
             if noise is not None:  # z = s + scale * noise, in the noise's buffer
                 z = torch.add(s, noise, alpha=sampler.noise_scale, out=noise)
             else:
@@ -119,11 +158,10 @@ class _ChunkedNoisyAttention(torch.autograd.Function):
                 weights = _fast_softmax(z, empty_rows)
                 ctx.tiles.append((s_real, p, weights, keep))
             else:
-                weights, norm[..., rows, :] = _softmax(z)
-            outs.append(torch.matmul(weights if keep is None else weights * keep, v))
-        out = outs[0] if len(outs) == 1 else torch.cat(outs, -2)
+                weights, norm[g, rows] = _softmax(z)
+            torch.bmm(weights if keep is None else weights * keep, v[g, :c.keys], out=out[g, rows])
         ctx.save_for_backward(q_scaled, k, v, key_mask, lse, norm, out)
-        ctx.causal, ctx.scale, ctx.sampler, ctx.chunk = causal, scale, sampler, chunk
+        ctx.causal, ctx.scale, ctx.sampler, ctx.chunks = causal, scale, sampler, chunks
         ctx.want_lse, ctx.want_sq, ctx.empty_rows = want_lse, want_sq, empty_rows
         ctx.mark_non_differentiable(*(() if want_lse else (lse,)), *(() if want_sq else (sq,)))
         return out, lse, sq
@@ -133,54 +171,68 @@ class _ChunkedNoisyAttention(torch.autograd.Function):
         q_scaled, k, v, key_mask, lse, norm, out = ctx.saved_tensors
         scale, sampler = ctx.scale, ctx.sampler
         tiles, ctx.tiles = ctx.tiles, None
-        # dk and dv are accumulated transposed, [..., d, K]: a product with a transposed
-        # [chunk x d] factor is markedly faster than one with a transposed [chunk x K] factor
-        dqs, dk_t, dv_t = [], None, None
+        dq = torch.empty_like(q_scaled)
+        # dk and dv are accumulated transposed, [G, d, K]: a product with a transposed
+        # [rows x d] factor is markedly faster than one with a transposed [rows x K] factor
+        dk_t = k.new_zeros(k.shape[0], k.shape[2], k.shape[1])
+        dv_t = v.new_zeros(v.shape[0], v.shape[2], v.shape[1])
         # sum_j W_ij dW_ij = dO_i . O_i (W includes the dropout mask): the flash-attention identity
         d_norm = (d_out * out).sum(-1, keepdim=True)
         lse_safe = torch.where(torch.isfinite(lse), lse, 0.0).unsqueeze(-1) if ctx.want_lse else None
-        for index, rows in enumerate(_chunks(q_scaled.shape[-2], ctx.chunk)):
-            q_c = q_scaled[..., rows, :]
-            visible = _visible(key_mask, ctx.causal, rows, k.shape[-2], k.device)
+        for index, c in enumerate(ctx.chunks):
+            g, rows, keys = c.groups, c.rows, slice(0, c.keys)
+            q_c = q_scaled[g, rows]
             if tiles:
                 s_real, p, weights, keep = tiles[index]
                 tiles[index] = None
             else:
-                s = _scores(q_c, k, visible)
+                visible = _visible(key_mask, ctx.causal, c)
+                s = _scores(q_c, k[g, keys], visible)
                 s_real = _real(s, visible) if ctx.want_sq else None
-            if not tiles:
-                noise, keep = sampler.draws(s, index, rows)
+                noise, keep = sampler.draws(s, index, c.where)
                 z = s.clone() if noise is None else torch.add(s, noise, alpha=sampler.noise_scale, out=noise)
-                weights = z.sub_(norm[..., rows, :]).exp_()
-            if ctx.want_lse and d_lse is not None and not tiles:
-                p = s.sub_(lse_safe[..., rows, :]).exp_()
-            d_o = d_out[..., rows, :]
-            d_weights = torch.matmul(d_o, v.transpose(-1, -2))
+                weights = z.sub_(norm[g, rows]).exp_()
+                if ctx.want_lse and d_lse is not None:
+                    p = s.sub_(lse_safe[g, rows]).exp_()
+            d_o = d_out[g, rows]
+            d_weights = torch.bmm(d_o, v[g, keys].transpose(-1, -2))
             if keep is not None:
                 d_weights.mul_(keep)
-            dv_t = _accumulate(dv_t, d_o.transpose(-1, -2).contiguous(), weights if keep is None else weights * keep)
-            d_s = d_weights.sub_(d_norm[..., rows, :]).mul_(weights)
+            dv_t[g, :, keys] += torch.bmm(d_o.transpose(-1, -2).contiguous(),
+                                          weights if keep is None else weights * keep)
+            d_s = d_weights.sub_(d_norm[g, rows]).mul_(weights)
             # d LSE_i / d s_ij = p_ij = exp(s_ij - LSE_i) and d S2_i / d s_ij = 2 s_ij
             if ctx.want_lse and d_lse is not None:
-                d_s.addcmul_(p, d_lse[..., rows, None])
+                d_s.addcmul_(p, d_lse[g, rows, None])
             if ctx.want_sq and d_sq is not None:
-                d_s.addcmul_(s_real, d_sq[..., rows, None], value=2.0)
-            dqs.append(torch.matmul(d_s, k).mul_(scale))
-            dk_t = _accumulate(dk_t, q_c.transpose(-1, -2).contiguous(), d_s)
-        dq = dqs[0] if len(dqs) == 1 else torch.cat(dqs, -2)
-        return dq, dk_t.transpose(-1, -2), dv_t.transpose(-1, -2), None, None, None, None, None, None
+                d_s.addcmul_(s_real, d_sq[g, rows, None], value=2.0)
+            torch.bmm(d_s, k[g, keys], out=dq[g, rows])
+            dk_t[g, :, keys] += torch.bmm(q_c.transpose(-1, -2).contiguous(), d_s)
+        return dq.mul_(scale), dk_t.transpose(-1, -2), dv_t.transpose(-1, -2), None, None, None, None, None, None
 
 
-def _accumulate(total: Optional[Tensor], a: Tensor, b: Tensor) -> Tensor:
-    """``total + a @ b`` in place (a fresh ``a @ b`` the first time): no temporary per chunk."""
-    if total is None:
-        return torch.matmul(a, b)
-    total.view(-1, *total.shape[-2:]).baddbmm_(a.reshape(-1, *a.shape[-2:]), b.reshape(-1, *b.shape[-2:]))
-    return total
-
-
-def _chunks(num_queries: int, chunk: int):
-    return [slice(start, min(start + chunk, num_queries)) for start in range(0, num_queries, chunk)]
+def _plan(q: Tensor, k: Tensor, key_mask: Optional[Tensor], causal: bool) -> list:
+    """The chunks of at most :data:`CHUNK_ELEMENTS` score entries: whole heads with the same last
+    visible key while they fit, else one head's query rows; each skips the keys after that one."""
+    (G, Q, _), K = q.shape, k.shape[-2]
+    rows = max(1, min(Q, CHUNK_ELEMENTS // max(K, 1)))
+    groups = max(1, CHUNK_ELEMENTS // max(Q * K, 1)) if rows == Q else 1
+    last = [K] * G  # one past each head's last visible key
+    if key_mask is not None:
+        last = (key_mask.squeeze(-2) * torch.arange(1, K + 1, device=k.device)).amax(-1).tolist()
+    chunks, g0 = [], 0
+    while g0 < G:  # heads with the same last visible key: prefix padding is never computed
+        g1 = g0 + 1
+        while g1 < min(g0 + groups, G) and last[g1] == last[g0]:
+            g1 += 1
+        g, g0 = slice(g0, g1), g1
+        for r0 in range(0, Q, rows):
+            r = slice(r0, min(r0 + rows, Q))
+            keys = max(last[g])
+            if causal:
+                keys = min(keys, r.stop)
+            chunks.append(_Chunk(g, r, max(keys, 1)))
+    return chunks
 
 
 def _real(s: Tensor, visible: Optional[Tensor]) -> Tensor:
@@ -188,24 +240,22 @@ def _real(s: Tensor, visible: Optional[Tensor]) -> Tensor:
     return s.clone() if visible is None else s.masked_fill(~visible, 0.0)
 
 
-def _chunk_rows(q: Tensor, k: Tensor) -> int:
-    """Queries per chunk: :data:`CHUNK_ELEMENTS` score entries, at least one query."""
-    per_query = max(math.prod(q.shape[:-2]) * k.shape[-2], 1)
-    return max(1, min(q.shape[-2], CHUNK_ELEMENTS // per_query))
-
-
-def _visible(key_mask: Optional[Tensor], causal: bool, rows: slice, num_keys: int, device) -> Optional[Tensor]:
+def _visible(key_mask: Optional[Tensor], causal: bool, c: _Chunk) -> Optional[Tensor]:
     """The chunk's visibility (True = attend), broadcastable to its scores; None when all keys are visible."""
+    mask = None if key_mask is None else key_mask[c.groups, :, :c.keys]
+    if mask is not None and bool(mask.all()):  # a padding mask whose padding the chunk skips
+        mask = None
     if not causal:
-        return key_mask
-    tri = torch.arange(rows.start, rows.stop, device=device)[:, None] >= torch.arange(num_keys, device=device)
-    return tri if key_mask is None else key_mask & tri
+        return mask
+    device = None if key_mask is None else key_mask.device
+    tri = torch.arange(c.rows.start, c.rows.stop, device=device)[:, None] >= torch.arange(c.keys, device=device)
+    return tri if mask is None else mask & tri
 
 
 def _scores(q_c: Tensor, k: Tensor, visible: Optional[Tensor]) -> Tensor:
     """The chunk's scores (``q_c`` is already scaled) with ``-inf`` on hidden keys (added as a
-    ``0 / -inf`` bias: the mask has no head dimension, so this is cheaper than a masked fill)."""
-    s = torch.matmul(q_c, k.transpose(-1, -2))
+    ``0 / -inf`` bias: the mask has no row dimension, so this is cheaper than a masked fill)."""
+    s = torch.bmm(q_c, k.transpose(-1, -2))
     if visible is None:
         return s
     return s.add_(torch.zeros(visible.shape, dtype=s.dtype, device=s.device).masked_fill_(~visible, float("-inf")))
@@ -270,8 +320,7 @@ def dense_bam_attention(
         if triton:
             out, lse, sq = _triton_attention(q, k, v, key_mask, causal, scale, sampler, collect, want_sq)
         else:
-            out, lse, sq = _ChunkedNoisyAttention.apply(qf, kf, vf, key_mask, causal, scale, sampler, collect,
-                                                        want_sq)
+            out, lse, sq = _chunked_attention(qf, kf, vf, key_mask, causal, scale, sampler, collect, want_sq)
         if collect:
             prior = None if norm.prior_net is None else norm.prior_net(kf, head_axis=-3)
             add_aux_loss("bam_kl", dense_kl(kernel, qf, kf, lse, scale=scale, causal=causal, prior_logits=prior,
@@ -279,6 +328,19 @@ def dense_bam_attention(
                                             square_sums=sq if want_sq else None,
                                             prior_over_all_keys=norm.prior_scope == "all"))
     return out.to(q.dtype)
+
+
+def _chunked_attention(q, k, v, key_mask, causal, scale, sampler, want_lse, want_sq):
+    """:class:`_ChunkedNoisyAttention` over ``[..., H, L, d]`` tensors, flattened to ``[G, L, d]``."""
+    lead, n_q, n_k = q.shape[:-2], q.shape[-2], k.shape[-2]
+    q3, k3, v3 = (x.reshape(-1, *x.shape[-2:]) for x in (q, k, v))
+    if key_mask is not None:
+        key_mask = key_mask.expand(lead + (1, n_k)).reshape(-1, 1, n_k)
+    if sampler.noise is not None:
+        sampler.noise = sampler.noise.expand(lead + (n_q, n_k)).reshape(-1, n_q, n_k)
+    out, lse, sq = _ChunkedNoisyAttention.apply(q3, k3, v3, key_mask, causal, scale, sampler, want_lse, want_sq)
+    return (out.view(lead + out.shape[-2:]), lse.view(lead + (n_q,)) if want_lse else lse,
+            sq.view(lead + (n_q,)) if want_sq else sq)
 
 
 def _triton_attention(q, k, v, key_mask, causal, scale, sampler, want_lse, want_sq):

@@ -112,7 +112,12 @@ def weibull_log_noise(like: Tensor, k: float, generator: Optional[torch.Generato
     """
     u = torch.rand_like(like) if generator is None else \
         torch.rand(like.shape, dtype=like.dtype, device=like.device, generator=generator)  # *_like: torch.compile
-    u.clamp_(torch.finfo(like.dtype).tiny, 1 - torch.finfo(like.dtype).eps)
+    return log_weibull_(u, k)
+
+
+def log_weibull_(u: Tensor, k: float) -> Tensor:
+    """:func:`weibull_log_noise` from its uniform samples ``u``, in place of ``u``."""
+    u.clamp_(torch.finfo(u.dtype).tiny, 1 - torch.finfo(u.dtype).eps)
     noise = u.log_().neg_().log_()
     return noise if k == 1 else noise.div_(k)
 
