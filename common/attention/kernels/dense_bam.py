@@ -146,6 +146,25 @@ def _grad_scores(q, k_base, v_base, km_base, do, norm, delta, d_lse, lse, d_sq, 
 
 
 @triton.jit
+def _query_rows(q_ptr, do_ptr, norm_ptr, delta_ptr, dlse_ptr, lse_ptr, dsq_ptr, bh, offs_m, offs_d, offs_dv,
+                n_q, d, dv, scale):
+    """A block of query rows for the backward pass: the scaled queries, the output gradient and
+    the per-row statistics saved by the forward (zeros beyond ``n_q``)."""
+    row_ok = offs_m < n_q
+    q = tl.load(q_ptr + bh * n_q * d + offs_m[:, None] * d + offs_d[None, :],
+                mask=row_ok[:, None] & (offs_d[None, :] < d), other=0.0)
+    q = (q.to(tl.float32) * scale).to(q.dtype)
+    do = tl.load(do_ptr + bh * n_q * dv + offs_m[:, None] * dv + offs_dv[None, :],
+                 mask=row_ok[:, None] & (offs_dv[None, :] < dv), other=0.0)
+    norm = tl.load(norm_ptr + bh * n_q + offs_m, mask=row_ok, other=0.0)
+    delta = tl.load(delta_ptr + bh * n_q + offs_m, mask=row_ok, other=0.0)
+    d_lse = tl.load(dlse_ptr + bh * n_q + offs_m, mask=row_ok, other=0.0)
+    lse = tl.load(lse_ptr + bh * n_q + offs_m, mask=row_ok, other=0.0)
+    d_sq = tl.load(dsq_ptr + bh * n_q + offs_m, mask=row_ok, other=0.0)
+    return q, do, norm, delta, d_lse, lse, d_sq
+
+
+@triton.jit
 def _backward_kv(q_ptr, k_ptr, v_ptr, km_ptr, do_ptr, norm_ptr, delta_ptr, dlse_ptr, lse_ptr, dsq_ptr,
                  dk_ptr, dv_ptr, seed, drop_seed, n_q, n_k, d, dv, scale, noise_scale, drop_p,
                  HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, NOISE: tl.constexpr, DROPOUT: tl.constexpr,
@@ -163,17 +182,8 @@ def _backward_kv(q_ptr, k_ptr, v_ptr, km_ptr, do_ptr, norm_ptr, delta_ptr, dlse_
         start_m = (pid_n * BLOCK_N) // BLOCK_M * BLOCK_M
     for start in range(start_m, n_q, BLOCK_M):
         offs_m = start + tl.arange(0, BLOCK_M)
-        row_ok = offs_m < n_q
-        q = tl.load(q_ptr + bh * n_q * d + offs_m[:, None] * d + offs_d[None, :],
-                    mask=row_ok[:, None] & (offs_d[None, :] < d), other=0.0)
-        q = (q.to(tl.float32) * scale).to(q.dtype)
-        do = tl.load(do_ptr + bh * n_q * dv + offs_m[:, None] * dv + offs_dv[None, :],
-                     mask=row_ok[:, None] & (offs_dv[None, :] < dv), other=0.0)
-        norm = tl.load(norm_ptr + bh * n_q + offs_m, mask=row_ok, other=0.0)
-        delta = tl.load(delta_ptr + bh * n_q + offs_m, mask=row_ok, other=0.0)
-        d_lse = tl.load(dlse_ptr + bh * n_q + offs_m, mask=row_ok, other=0.0)
-        lse = tl.load(lse_ptr + bh * n_q + offs_m, mask=row_ok, other=0.0)
-        d_sq = tl.load(dsq_ptr + bh * n_q + offs_m, mask=row_ok, other=0.0)
+        q, do, norm, delta, d_lse, lse, d_sq = _query_rows(q_ptr, do_ptr, norm_ptr, delta_ptr, dlse_ptr, lse_ptr,
+                                                           dsq_ptr, bh, offs_m, offs_d, offs_dv, n_q, d, dv, scale)
         ds, pk = _grad_scores(q, k_base, v_base, km_base, do, norm, delta, d_lse, lse, d_sq, seed, drop_seed, bh,
                               offs_m, offs_n, offs_d, offs_dv, n_q, n_k, d, dv, noise_scale, drop_p,
                               HAS_MASK, CAUSAL, NOISE, DROPOUT, WANT_LSE, WANT_SQ, IEEE)
@@ -197,16 +207,8 @@ def _backward_q(q_ptr, k_ptr, v_ptr, km_ptr, do_ptr, norm_ptr, delta_ptr, dlse_p
     offs_d = tl.arange(0, BLOCK_D)
     offs_dv = tl.arange(0, BLOCK_DV)
     row_ok = offs_m < n_q
-    q = tl.load(q_ptr + bh * n_q * d + offs_m[:, None] * d + offs_d[None, :],
-                mask=row_ok[:, None] & (offs_d[None, :] < d), other=0.0)
-    q = (q.to(tl.float32) * scale).to(q.dtype)
-    do = tl.load(do_ptr + bh * n_q * dv + offs_m[:, None] * dv + offs_dv[None, :],
-                 mask=row_ok[:, None] & (offs_dv[None, :] < dv), other=0.0)
-    norm = tl.load(norm_ptr + bh * n_q + offs_m, mask=row_ok, other=0.0)
-    delta = tl.load(delta_ptr + bh * n_q + offs_m, mask=row_ok, other=0.0)
-    d_lse = tl.load(dlse_ptr + bh * n_q + offs_m, mask=row_ok, other=0.0)
-    lse = tl.load(lse_ptr + bh * n_q + offs_m, mask=row_ok, other=0.0)
-    d_sq = tl.load(dsq_ptr + bh * n_q + offs_m, mask=row_ok, other=0.0)
+    q, do, norm, delta, d_lse, lse, d_sq = _query_rows(q_ptr, do_ptr, norm_ptr, delta_ptr, dlse_ptr, lse_ptr, dsq_ptr,
+                                                       bh, offs_m, offs_d, offs_dv, n_q, d, dv, scale)
     k_base, v_base, km_base = k_ptr + bh * n_k * d, v_ptr + bh * n_k * dv, km_ptr + bh * n_k
     dq = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
     end = n_k
