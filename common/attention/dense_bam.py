@@ -10,7 +10,7 @@ memory kept between the passes is ``O(L)``: ``q, k, v``, the output and two numb
 query. The KL comes from per-query statistics (:mod:`common.attention.bam_stats`).
 
 The noise of a chunk comes from generators seeded with ``(seed, chunk)`` (:class:`_Stream`:
-numpy's PCG64 for the uniforms on CPU, torch's for the normals), the seed drawn from torch's
+numpy's PCG64DXSM words for the uniforms on CPU, torch's generator for the normals), the seed drawn from torch's
 default generator at each call, so ``torch.manual_seed`` makes runs repeatable. Dropout on
 the weights (``Attend``'s ``dropout``) draws its mask from the same stream. ``noise=`` takes an explicit standard log-noise tensor instead (tests compare
 the chunked path with the materialised one under the same noise).
@@ -42,9 +42,12 @@ from .kernels import use_triton
 #: Score entries per chunk: 4 MiB of float32, which stays in the cache while a chunk's
 #: elementwise passes run over it and still makes batched matrix products of whole heads.
 CHUNK_ELEMENTS = 1 << 20
-#: The forward pass keeps the chunks' scores and weights for the backward pass while both
-#: together take at most this many bytes (short sequences); longer ones recompute them.
+#: The forward pass keeps the chunks' scores and weights for the backward pass while they
+#: take at most this many bytes (short sequences); past that it keeps the weights of the first
+#: chunks while they fit, and the backward pass recomputes the rest, noise included.
 KEEP_BYTES = 256 << 20
+#: A chunk's key count is rounded up to a multiple of this many (see :class:`_Chunk`).
+KEY_ALIGN = 16
 _SEED_STRIDE = 0x9E3779B97F4A7C15
 
 
@@ -66,35 +69,59 @@ class Sampler:
             if self.noise is not None:
                 noise = self.noise[where].to(like.dtype, copy=True)
             elif self.posterior == "weibull":
-                noise = log_weibull_(stream.uniform(like), 1.0)
+                noise = stream.log_weibull(like)
             else:
                 noise = stream.normal(like)
         keep = None
         if self.dropout:
-            keep = (stream.uniform(like) >= self.dropout).to(like.dtype).div_(1 - self.dropout)
+            keep = stream.keep(like, self.dropout)
         return noise, keep
 
 
 class _Stream:
-    """The random numbers of one chunk, from generators seeded with ``seed``. On CPU the uniforms
-    come from numpy's PCG64, which draws them in about half the time of torch's mt19937, with
-    the same law (multiples of ``2^-24`` in float32, ``2^-53`` in float64, in ``[0, 1)``);
-    normals come from torch's generator (its vectorised Box-Muller is the faster one)."""
+    """The random numbers of one chunk, from generators seeded with ``seed``.
+
+    On CPU in float32 the uniforms are built from the raw 32-bit words of numpy's PCG64DXSM
+    (several times faster than torch's mt19937 floats): the low 23 bits ``m`` give
+    ``u = (m + 1/2) 2^-23`` in the open interval ``(0, 1)``, so ``log(-log u)`` is finite
+    without a clamp, and the low 24 bits decide dropout. Elsewhere (CUDA without Triton,
+    float64) torch's generator gives them. Normals come from torch's generator (its
+    vectorised Box-Muller is the faster one).
+    """
 
     def __init__(self, seed: int):
         self.seed, self._numpy, self._torch = seed, None, None
 
-    def uniform(self, like: Tensor) -> Tensor:
-        if like.device.type != "cpu" or like.dtype not in _NUMPY_FLOATS:
-            return torch.rand(like.shape, dtype=like.dtype, device=like.device, generator=self._generator(like))
-        if self._numpy is None:
-            self._numpy = np.random.Generator(np.random.PCG64(self.seed))
-        u = torch.empty(like.shape, dtype=like.dtype)
-        self._numpy.random(out=u.numpy(), dtype=_NUMPY_FLOATS[like.dtype])
-        return u
+    def log_weibull(self, like: Tensor) -> Tensor:
+        """``log(-log u)``, u ~ U(0, 1): the standard Weibull log-noise (:func:`log_weibull_`)."""
+        if not self._raw_bits(like):
+            return log_weibull_(torch.rand(like.shape, dtype=like.dtype, device=like.device,
+                                           generator=self._generator(like)), 1.0)
+        mantissa = self._words(like).bitwise_and_(0x7FFFFF).bitwise_or_(_ONE_BITS).view(torch.float32)
+        return mantissa.sub_(1 - 2.0**-24).log_().neg_().log_()  # [1, 2) - (1 - 2^-24) = (m + 1/2) 2^-23
+
+    def keep(self, like: Tensor, p: float) -> Tensor:
+        """The dropout scale ``[u >= p] / (1 - p)``."""
+        if self._raw_bits(like):
+            kept = self._words(like).bitwise_and_(0xFFFFFF) >= round(p * (1 << 24))
+        else:
+            kept = torch.rand(like.shape, dtype=like.dtype, device=like.device, generator=self._generator(like)) >= p
+        return kept.to(like.dtype).div_(1 - p)
 
     def normal(self, like: Tensor) -> Tensor:
         return torch.randn(like.shape, dtype=like.dtype, device=like.device, generator=self._generator(like))
+
+    @staticmethod
+    def _raw_bits(like: Tensor) -> bool:
+        return like.device.type == "cpu" and like.dtype == torch.float32
+
+    def _words(self, like: Tensor) -> Tensor:
+        """``like.numel()`` random int32 words, shaped like ``like``."""
+        if self._numpy is None:
+            self._numpy = np.random.PCG64DXSM(self.seed)
+        n = like.numel()
+        words = self._numpy.random_raw((n + 1) // 2).view(np.int32)[:n]
+        return torch.from_numpy(words).view(like.shape)
 
     def _generator(self, like: Tensor) -> torch.Generator:
         if self._torch is None:
@@ -103,16 +130,23 @@ class _Stream:
         return self._torch
 
 
-_NUMPY_FLOATS = {torch.float32: np.float32, torch.float64: np.float64}
+_ONE_BITS = 0x3F800000  # the bits of 1.0f: OR-ed with 23 random mantissa bits, a float in [1, 2)
 
 
 class _Chunk:
-    """One tile of the work: heads ``groups``, queries ``rows``, and the keys before ``keys``
-    (the last key any of its queries sees: the keys after it get zero weight and are skipped)."""
+    """One tile of the work: heads ``groups``, queries ``rows``, and the keys before ``keys``.
 
-    def __init__(self, groups: slice, rows: slice, keys: int):
-        self.groups, self.rows, self.keys = groups, rows, keys
+    ``visible`` is one past the last key any of its queries sees: the keys after it get zero
+    weight and are skipped, except up to the next multiple of :data:`KEY_ALIGN` (``keys``),
+    which keeps the rows of the score tiles aligned (a product into rows of an odd length runs
+    at about half speed); those few are hidden by a fill of the tile's last columns.
+    """
+
+    def __init__(self, groups: slice, rows: slice, visible: int, total_keys: int):
+        self.groups, self.rows, self.visible = groups, rows, visible
+        self.keys = keys = min(total_keys, -(-visible // KEY_ALIGN) * KEY_ALIGN)
         self.where = (groups, rows, slice(0, keys))
+        self.entries = (groups.stop - groups.start) * (rows.stop - rows.start) * keys
 
 
 class _ChunkedNoisyAttention(torch.autograd.Function):
@@ -123,44 +157,48 @@ class _ChunkedNoisyAttention(torch.autograd.Function):
     of squares (computed when ``want_lse``/``want_sq``): the row statistics of the KL. Masked
     entries get exactly zero weight; rows without a visible key give zero output and
     ``LSE_i = -inf``. While every chunk's scores and weights fit in :data:`KEEP_BYTES` they are
-    kept for the backward pass; beyond that the backward recomputes them, noise included.
+    kept for the backward pass; beyond that the weights of the first chunks are kept while they
+    fit and the backward pass recomputes the others, noise included (the same ``softmax`` of
+    the same ``z``, so the weights are bit for bit the forward's).
     """
 
     @staticmethod
     def forward(ctx, q, k, v, key_mask, causal, scale, sampler, want_lse, want_sq):
         out = q.new_empty(q.shape[:-1] + v.shape[-1:])  # every row is some chunk's
         lse = q.new_full(q.shape[:-1] if want_lse else (0,), float("-inf"))
-        norm = q.new_empty(q.shape[:-1] + (1,))
         sq = q.new_zeros(q.shape[:-1] if want_sq else (0,))
-        keep_tiles = 2 * math.prod(q.shape[:-1]) * k.shape[-2] * q.element_size() <= KEEP_BYTES
         empty_rows = key_mask is not None and (causal or not bool(key_mask.any(-1).all()))
         chunks = _plan(q, k, key_mask, causal)
+        per_entry = q.element_size() * (1 + want_lse + want_sq + bool(sampler.dropout))  # weights, s, s_real, keep
+        keep_scores = per_entry * sum(c.entries for c in chunks) <= KEEP_BYTES
+        budget = KEEP_BYTES
         ctx.tiles = []
         q_scaled = q * scale
         for index, c in enumerate(chunks):
             g, rows = c.groups, c.rows
             visible = _visible(key_mask, causal, c)
-            s = _scores(q_scaled[g, rows], k[g, :c.keys], visible)
-            p = None
-            if want_lse:  # p = softmax(s), LSE_i = max_j s_ij - log max_j p_ij (one fused softmax)
-                p = _fast_softmax(s, empty_rows)
-                lse[g, rows] = _log_normaliser(s, p)
+            s = _scores(q_scaled[g, rows], k[g, :c.keys], visible, c)
+            if want_lse:
+                lse[g, rows] = torch.logsumexp(s, -1)
             s_real = None
             if want_sq:
-                s_real = _real(s, visible)
+                s_real = _real(s, visible, c)
                 sq[g, rows] = torch.linalg.vector_norm(s_real, dim=-1).square_()
             noise, keep = sampler.draws(s, index, c.where)
             if noise is not None:  # z = s + scale * noise, in the noise's buffer
                 z = torch.add(s, noise, alpha=sampler.noise_scale, out=noise)
             else:
                 z = s
-            if keep_tiles:  # the backward pass needs the weights only, not their normaliser
-                weights = _fast_softmax(z, empty_rows)
-                ctx.tiles.append((s_real, p, weights, keep))
-            else:
-                weights, norm[g, rows] = _softmax(z)
+            weights = _fast_softmax(z, empty_rows)
+            tile = None
+            if keep_scores:  # everything fits: the backward pass recomputes nothing
+                tile = (s if want_lse else None, s_real, weights, keep)
+            elif budget >= c.entries * q.element_size() * (1 + (keep is not None)):
+                tile = (None, None, weights, keep)  # the weights while they fit: no noise to redraw
+                budget -= c.entries * q.element_size() * (1 + (keep is not None))
+            ctx.tiles.append(tile)
             torch.bmm(weights if keep is None else weights * keep, v[g, :c.keys], out=out[g, rows])
-        ctx.save_for_backward(q_scaled, k, v, key_mask, lse, norm, out)
+        ctx.save_for_backward(q_scaled, k, v, key_mask, lse, out)
         ctx.causal, ctx.scale, ctx.sampler, ctx.chunks = causal, scale, sampler, chunks
         ctx.want_lse, ctx.want_sq, ctx.empty_rows = want_lse, want_sq, empty_rows
         ctx.mark_non_differentiable(*(() if want_lse else (lse,)), *(() if want_sq else (sq,)))
@@ -168,9 +206,12 @@ class _ChunkedNoisyAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, d_out, d_lse, d_sq):
-        q_scaled, k, v, key_mask, lse, norm, out = ctx.saved_tensors
+        q_scaled, k, v, key_mask, lse, out = ctx.saved_tensors
         scale, sampler = ctx.scale, ctx.sampler
         tiles, ctx.tiles = ctx.tiles, None
+        d_out = d_out.contiguous()
+        need_p = ctx.want_lse and d_lse is not None
+        need_sq = ctx.want_sq and d_sq is not None
         dq = torch.empty_like(q_scaled)
         # dk and dv are accumulated transposed, [G, d, K]: a product with a transposed
         # [rows x d] factor is markedly faster than one with a transposed [rows x K] factor
@@ -182,32 +223,29 @@ class _ChunkedNoisyAttention(torch.autograd.Function):
         for index, c in enumerate(ctx.chunks):
             g, rows, keys = c.groups, c.rows, slice(0, c.keys)
             q_c = q_scaled[g, rows]
-            if tiles:
-                s_real, p, weights, keep = tiles[index]
-                tiles[index] = None
-            else:
+            s, s_real, weights, keep = tiles[index] or (None, None, None, None)
+            tiles[index] = None
+            if weights is None or (s is None and need_p) or (s_real is None and need_sq):
                 visible = _visible(key_mask, ctx.causal, c)
-                s = _scores(q_c, k[g, keys], visible)
-                s_real = _real(s, visible) if ctx.want_sq else None
+                s = _scores(q_c, k[g, keys], visible, c)
+                s_real = _real(s, visible, c) if ctx.want_sq else None
+            if weights is None:  # the forward's noise and dropout again, and the same softmax
                 noise, keep = sampler.draws(s, index, c.where)
-                z = s.clone() if noise is None else torch.add(s, noise, alpha=sampler.noise_scale, out=noise)
-                weights = z.sub_(norm[g, rows]).exp_()
-                if ctx.want_lse and d_lse is not None:
-                    p = s.sub_(lse_safe[g, rows]).exp_()
+                z = s if noise is None else torch.add(s, noise, alpha=sampler.noise_scale, out=noise)
+                weights = _fast_softmax(z, ctx.empty_rows)
             d_o = d_out[g, rows]
             d_weights = torch.bmm(d_o, v[g, keys].transpose(-1, -2))
             if keep is not None:
                 d_weights.mul_(keep)
-            dv_t[g, :, keys] += torch.bmm(d_o.transpose(-1, -2).contiguous(),
-                                          weights if keep is None else weights * keep)
+            dv_t[g, :, keys].baddbmm_(d_o.transpose(-1, -2).contiguous(), weights if keep is None else weights * keep)
             d_s = d_weights.sub_(d_norm[g, rows]).mul_(weights)
             # d LSE_i / d s_ij = p_ij = exp(s_ij - LSE_i) and d S2_i / d s_ij = 2 s_ij
-            if ctx.want_lse and d_lse is not None:
-                d_s.addcmul_(p, d_lse[g, rows, None])
-            if ctx.want_sq and d_sq is not None:
+            if need_p:
+                d_s.addcmul_(s.sub_(lse_safe[g, rows]).exp_(), d_lse[g, rows, None])
+            if need_sq:
                 d_s.addcmul_(s_real, d_sq[g, rows, None], value=2.0)
             torch.bmm(d_s, k[g, keys], out=dq[g, rows])
-            dk_t[g, :, keys] += torch.bmm(q_c.transpose(-1, -2).contiguous(), d_s)
+            dk_t[g, :, keys].baddbmm_(q_c.transpose(-1, -2).contiguous(), d_s)
         return dq.mul_(scale), dk_t.transpose(-1, -2), dv_t.transpose(-1, -2), None, None, None, None, None, None
 
 
@@ -231,19 +269,23 @@ def _plan(q: Tensor, k: Tensor, key_mask: Optional[Tensor], causal: bool) -> lis
             keys = max(last[g])
             if causal:
                 keys = min(keys, r.stop)
-            chunks.append(_Chunk(g, r, max(keys, 1)))
+            chunks.append(_Chunk(g, r, max(keys, 1), K))
     return chunks
 
 
-def _real(s: Tensor, visible: Optional[Tensor]) -> Tensor:
+def _real(s: Tensor, visible: Optional[Tensor], c: _Chunk) -> Tensor:
     """Scores with hidden entries at 0 instead of ``-inf`` (a copy: ``s`` is changed in place later)."""
-    return s.clone() if visible is None else s.masked_fill(~visible, 0.0)
+    real = s.clone() if visible is None else s.masked_fill(~visible, 0.0)
+    if c.keys > c.visible:
+        real[..., c.visible:] = 0.0
+    return real
 
 
 def _visible(key_mask: Optional[Tensor], causal: bool, c: _Chunk) -> Optional[Tensor]:
-    """The chunk's visibility (True = attend), broadcastable to its scores; None when all keys are visible."""
+    """The chunk's visibility (True = attend) over its ``c.keys`` keys, broadcastable to its
+    scores; None when every key before ``c.visible`` is visible (:func:`_scores` hides the rest)."""
     mask = None if key_mask is None else key_mask[c.groups, :, :c.keys]
-    if mask is not None and bool(mask.all()):  # a padding mask whose padding the chunk skips
+    if mask is not None and bool(mask[..., :c.visible].all()):  # a padding mask whose padding the chunk skips
         mask = None
     if not causal:
         return mask
@@ -252,36 +294,22 @@ def _visible(key_mask: Optional[Tensor], causal: bool, c: _Chunk) -> Optional[Te
     return tri if mask is None else mask & tri
 
 
-def _scores(q_c: Tensor, k: Tensor, visible: Optional[Tensor]) -> Tensor:
+def _scores(q_c: Tensor, k: Tensor, visible: Optional[Tensor], c: _Chunk) -> Tensor:
     """The chunk's scores (``q_c`` is already scaled) with ``-inf`` on hidden keys (added as a
-    ``0 / -inf`` bias: the mask has no row dimension, so this is cheaper than a masked fill)."""
+    ``0 / -inf`` bias: the mask has no row dimension, so this is cheaper than a masked fill)
+    and on the alignment keys after ``c.visible``."""
     s = torch.bmm(q_c, k.transpose(-1, -2))
-    if visible is None:
-        return s
-    return s.add_(torch.zeros(visible.shape, dtype=s.dtype, device=s.device).masked_fill_(~visible, float("-inf")))
-
-
-def _log_normaliser(s: Tensor, p: Tensor) -> Tensor:
-    """``log sum_j exp(s_ij)`` from ``p = softmax(s)``: ``max_j s_ij - log max_j p_ij`` (``p``'s
-    largest entry is at least ``1/K``, so its log is well conditioned); ``-inf`` on rows without keys."""
-    top = s.amax(-1)
-    return torch.where(torch.isfinite(top), top - p.amax(-1).log(), float("-inf"))
+    if visible is not None:
+        s.add_(torch.zeros(visible.shape, dtype=s.dtype, device=s.device).masked_fill_(~visible, float("-inf")))
+    if c.keys > c.visible:
+        s[..., c.visible:] = float("-inf")
+    return s
 
 
 def _fast_softmax(z: Tensor, empty_rows: bool) -> Tensor:
     """``torch.softmax`` (one fused pass), with zeros instead of NaN on rows without keys."""
     weights = torch.softmax(z, -1)
     return weights.nan_to_num_(0.0) if empty_rows else weights
-
-
-def _softmax(z: Tensor):
-    """``softmax(z)`` in place of ``z``, and each row's log-normaliser (0 on rows without keys, whose weights are 0)."""
-    top = z.amax(-1, keepdim=True)
-    top = torch.where(torch.isfinite(top), top, 0.0)
-    weights = z.sub_(top).exp_()
-    total = weights.sum(-1, keepdim=True)
-    weights.div_(total.clamp_min(torch.finfo(z.dtype).tiny))
-    return weights, torch.where(total > 0, top + total.log(), 0.0)
 
 
 def dense_bam_attention(
