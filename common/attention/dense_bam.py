@@ -239,11 +239,12 @@ class _ChunkedNoisyAttention(torch.autograd.Function):
                 d_weights.mul_(keep)
             dv_t[g, :, keys].baddbmm_(d_o.transpose(-1, -2).contiguous(), weights if keep is None else weights * keep)
             d_s = d_weights.sub_(d_norm[g, rows]).mul_(weights)
-            # d LSE_i / d s_ij = p_ij = exp(s_ij - LSE_i) and d S2_i / d s_ij = 2 s_ij
+            # d S2_i / d s_ij = 2 s_ij and d LSE_i / d s_ij = p_ij = exp(s_ij - LSE_i), in this
+            # order: s_real may be a view of s, which p overwrites
+            if need_sq:
+                d_s[..., :s_real.shape[-1]].addcmul_(s_real, d_sq[g, rows, None], value=2.0)
             if need_p:
                 d_s.addcmul_(s.sub_(lse_safe[g, rows]).exp_(), d_lse[g, rows, None])
-            if need_sq:
-                d_s.addcmul_(s_real, d_sq[g, rows, None], value=2.0)
             torch.bmm(d_s, k[g, keys], out=dq[g, rows])
             dk_t[g, :, keys].baddbmm_(q_c.transpose(-1, -2).contiguous(), d_s)
         return dq.mul_(scale), dk_t.transpose(-1, -2), dv_t.transpose(-1, -2), None, None, None, None, None, None
@@ -274,10 +275,12 @@ def _plan(q: Tensor, k: Tensor, key_mask: Optional[Tensor], causal: bool) -> lis
 
 
 def _real(s: Tensor, visible: Optional[Tensor], c: _Chunk) -> Tensor:
-    """Scores with hidden entries at 0 instead of ``-inf`` (a copy: ``s`` is changed in place later)."""
-    real = s.clone() if visible is None else s.masked_fill(~visible, 0.0)
-    if c.keys > c.visible:
-        real[..., c.visible:] = 0.0
+    """The visible scores: a view of ``s``'s first ``c.visible`` keys when those are all visible
+    (read it before ``s`` is changed in place), else a copy with hidden entries at 0."""
+    if visible is None:
+        return s[..., :c.visible]
+    real = s.masked_fill(~visible, 0.0)
+    real[..., c.visible:] = 0.0
     return real
 
 
