@@ -205,6 +205,8 @@ def main(argv=None) -> int:
 
     columns = args.table_datasets or args.datasets
     results = collect(args.out, columns, rows)
+    run = [row for row in rows if any(row in results.get(dataset, {}) for dataset in columns)]
+    rows = run or rows  # rows never run on any dataset are left out (unless none was run)
     for dataset in columns:
         if dataset not in results and dataset not in missing:
             try:

@@ -29,7 +29,7 @@ def test_table_from_finished_seeds_with_paired_differences(tmp_path, table_scrip
     _seeds(tmp_path / "Cora" / "official" / "softmax", {0: 0.82, 1: 0.83})
     _seeds(tmp_path / "Cora" / "official" / "bam-wc", {0: 0.82, 1: 0.81})
     assert table_script.main(["--table-only", "--out", str(tmp_path), "--datasets", "Cora",
-                              "--variants", "softmax", "bam-wc", "--presets", "official"]) == 0
+                              "--variants", "softmax", "bam-wc", "bam-lc", "--presets", "official"]) == 0
     cora = json.loads((tmp_path / "table.json").read_text())["ours"]["Cora"]
     assert cora["softmax"]["n"] == 4 and "vs_softmax" not in cora["softmax"]
     diff = cora["bam-wc"]["vs_softmax"]  # differences 1, 2, 0 points: mean 1, sd 1, t(0.975, 2) = 4.303
@@ -40,6 +40,7 @@ def test_table_from_finished_seeds_with_paired_differences(tmp_path, table_scrip
     assert "| BAM-WC | 83.00 ± 1.73 (3) | +1.00 [-1.48, +3.48] (" in table
     assert "| BAM-WC, `official` preset | 81.50 ± 0.71 (2) | -1.00 [" in table
     assert "another codebase" in table
+    assert "BAM-LC" not in table  # never run: no row
 
 
 def test_table_png_shows_every_seed_and_the_mean_and_std_per_variant(tmp_path, table_script, capsys):
