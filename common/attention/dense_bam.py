@@ -43,9 +43,9 @@ from .kernels import use_triton
 #: elementwise passes run over it and still makes batched matrix products of whole heads.
 CHUNK_ELEMENTS = 1 << 20
 #: The forward pass keeps the chunks' scores and weights for the backward pass while they
-#: take at most this many bytes (short sequences); longer ones recompute them, noise included.
-#: (Keeping only the first chunks' weights past that did not pay: the fresh memory costs
-#: about what it saves.)
+#: take at most this many bytes (short sequences); past that it keeps the weights of the first
+#: chunks while they fit, and the backward pass recomputes the rest, noise included. Set it
+#: to 0 for the least memory (every tile recomputed).
 KEEP_BYTES = 256 << 20
 #: A chunk's key count is rounded up to a multiple of this many (see :class:`_Chunk`).
 KEY_ALIGN = 16
@@ -158,8 +158,9 @@ class _ChunkedNoisyAttention(torch.autograd.Function):
     of squares (computed when ``want_lse``/``want_sq``): the row statistics of the KL. Masked
     entries get exactly zero weight; rows without a visible key give zero output and
     ``LSE_i = -inf``. While every chunk's scores and weights fit in :data:`KEEP_BYTES` they are
-    kept for the backward pass; beyond that the backward recomputes them, noise included (the
-    same ``softmax`` of the same ``z``, so the weights are bit for bit the forward's).
+    kept for the backward pass; beyond that the weights of the first chunks are kept while they
+    fit and the backward pass recomputes the others, noise included (the same ``softmax`` of
+    the same ``z``, so the weights are bit for bit the forward's).
     """
 
     @staticmethod
@@ -169,13 +170,16 @@ class _ChunkedNoisyAttention(torch.autograd.Function):
         sq = q.new_zeros(q.shape[:-1] if want_sq else (0,))
         empty_rows = key_mask is not None and (causal or not bool(key_mask.any(-1).all()))
         chunks = _plan(q, k, key_mask, causal)
-        per_entry = q.element_size() * (1 + want_lse + want_sq + bool(sampler.dropout))  # weights, s, s_real, keep
-        keep_tiles = per_entry * sum(c.entries for c in chunks) <= KEEP_BYTES
+        visibles = [_visible(key_mask, causal, c) for c in chunks]
+        # a tile's weights, scores (for the KL), dropout mask, and its visible scores when they are a copy
+        tile_bytes = sum(c.entries * q.element_size() * (1 + want_lse + bool(sampler.dropout) + (want_sq and v is not None))
+                         for c, v in zip(chunks, visibles))
+        keep_scores = tile_bytes <= KEEP_BYTES
+        budget = KEEP_BYTES
         ctx.tiles = []
         q_scaled = q * scale
-        for index, c in enumerate(chunks):
+        for index, (c, visible) in enumerate(zip(chunks, visibles)):
             g, rows = c.groups, c.rows
-            visible = _visible(key_mask, causal, c)
             s = _scores(q_scaled[g, rows], k[g, :c.keys], visible, c)
             if want_lse:
                 lse[g, rows] = torch.logsumexp(s, -1)
@@ -189,8 +193,13 @@ class _ChunkedNoisyAttention(torch.autograd.Function):
             else:
                 z = s
             weights = _fast_softmax(z, empty_rows)
-            if keep_tiles:
-                ctx.tiles.append((s if want_lse else None, s_real, weights, keep))
+            tile = None
+            if keep_scores:  # everything fits: the backward pass recomputes nothing
+                tile = (s if want_lse else None, s_real, weights, keep)
+            elif budget >= c.entries * q.element_size() * (1 + (keep is not None)):
+                tile = (None, None, weights, keep)  # the weights while they fit: no noise to redraw
+                budget -= c.entries * q.element_size() * (1 + (keep is not None))
+            ctx.tiles.append(tile)
             torch.bmm(weights if keep is None else weights * keep, v[g, :c.keys], out=out[g, rows])
         ctx.save_for_backward(q_scaled, k, v, key_mask, lse, out)
         ctx.causal, ctx.scale, ctx.sampler, ctx.chunks = causal, scale, sampler, chunks
@@ -217,13 +226,13 @@ class _ChunkedNoisyAttention(torch.autograd.Function):
         for index, c in enumerate(ctx.chunks):
             g, rows, keys = c.groups, c.rows, slice(0, c.keys)
             q_c = q_scaled[g, rows]
-            if tiles:
-                s, s_real, weights, keep = tiles[index]
-                tiles[index] = None
-            else:  # the forward's scores, noise and dropout again, and the same softmax
+            s, s_real, weights, keep = tiles[index] or (None, None, None, None)
+            tiles[index] = None
+            if weights is None or (s is None and need_p) or (s_real is None and need_sq):
                 visible = _visible(key_mask, ctx.causal, c)
                 s = _scores(q_c, k[g, keys], visible, c)
                 s_real = _real(s, visible, c) if ctx.want_sq else None
+            if weights is None:  # the forward's noise and dropout again, and the same softmax
                 noise, keep = sampler.draws(s, index, c.where)
                 z = s if noise is None else torch.add(s, noise, alpha=sampler.noise_scale, out=noise)
                 weights = _fast_softmax(z, ctx.empty_rows)
