@@ -10,10 +10,11 @@ memory kept between the passes is ``O(L)``: ``q, k, v``, the output and two numb
 query. The KL comes from per-query statistics (:mod:`common.attention.bam_stats`).
 
 The noise of a chunk comes from generators seeded with ``(seed, chunk)`` (:class:`_Stream`:
-numpy's PCG64DXSM words for the uniforms on CPU, torch's generator for the normals), the seed drawn from torch's
-default generator at each call, so ``torch.manual_seed`` makes runs repeatable. Dropout on
-the weights (``Attend``'s ``dropout``) draws its mask from the same stream. ``noise=`` takes an explicit standard log-noise tensor instead (tests compare
-the chunked path with the materialised one under the same noise).
+numpy's PCG64DXSM words for the uniforms on CPU, torch's generator for the normals), the seed
+drawn from torch's default generator at each call, so ``torch.manual_seed`` makes runs
+repeatable. Dropout on the weights (``Attend``'s ``dropout``) draws its mask from the same
+stream. ``noise=`` takes an explicit standard log-noise tensor instead (tests compare the
+chunked path with the materialised one under the same noise).
 
 Where :func:`~common.attention.kernels.use_triton` says so (CUDA tensors), the Triton kernels
 of :mod:`common.attention.kernels.dense_bam` do the same work in one flash-style pass, with
@@ -172,8 +173,9 @@ class _ChunkedNoisyAttention(torch.autograd.Function):
         chunks = _plan(q, k, key_mask, causal)
         visibles = [_visible(key_mask, causal, c) for c in chunks]
         # a tile's weights, scores (for the KL), dropout mask, and its visible scores when they are a copy
-        tile_bytes = sum(c.entries * q.element_size() * (1 + want_lse + bool(sampler.dropout) + (want_sq and v is not None))
-                         for c, v in zip(chunks, visibles))
+        tile_bytes = sum(c.entries * q.element_size()
+                         * (1 + want_lse + bool(sampler.dropout) + (want_sq and mask is not None))
+                         for c, mask in zip(chunks, visibles))
         keep_scores = tile_bytes <= KEEP_BYTES
         budget = KEEP_BYTES
         ctx.tiles = []
