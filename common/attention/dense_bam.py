@@ -26,7 +26,6 @@ whenever nothing needs the weight matrix (see :func:`fused_bam` for the conditio
 """
 from __future__ import annotations
 
-import math
 import os
 from typing import Optional
 
@@ -196,22 +195,23 @@ class _ChunkedNoisyAttention(torch.autograd.Function):
                 z = s
             weights = _fast_softmax(z, empty_rows)
             tile = None
+            weight_bytes = c.entries * q.element_size() * (1 + (keep is not None))
             if keep_scores:  # everything fits: the backward pass recomputes nothing
                 tile = (s if want_lse else None, s_real, weights, keep)
-            elif budget >= c.entries * q.element_size() * (1 + (keep is not None)):
+            elif budget >= weight_bytes:
                 tile = (None, None, weights, keep)  # the weights while they fit: no noise to redraw
-                budget -= c.entries * q.element_size() * (1 + (keep is not None))
+                budget -= weight_bytes
             ctx.tiles.append(tile)
             torch.bmm(weights if keep is None else weights * keep, v[g, :c.keys], out=out[g, rows])
-        ctx.save_for_backward(q_scaled, k, v, key_mask, lse, out)
-        ctx.causal, ctx.scale, ctx.sampler, ctx.chunks = causal, scale, sampler, chunks
+        ctx.save_for_backward(q_scaled, k, v, lse, out)
+        ctx.scale, ctx.sampler, ctx.chunks, ctx.visibles = scale, sampler, chunks, visibles
         ctx.want_lse, ctx.want_sq, ctx.empty_rows = want_lse, want_sq, empty_rows
         ctx.mark_non_differentiable(*(() if want_lse else (lse,)), *(() if want_sq else (sq,)))
         return out, lse, sq
 
     @staticmethod
     def backward(ctx, d_out, d_lse, d_sq):
-        q_scaled, k, v, key_mask, lse, out = ctx.saved_tensors
+        q_scaled, k, v, lse, out = ctx.saved_tensors
         scale, sampler = ctx.scale, ctx.sampler
         tiles, ctx.tiles = ctx.tiles, None
         d_out = d_out.contiguous()
@@ -225,13 +225,12 @@ class _ChunkedNoisyAttention(torch.autograd.Function):
         # sum_j W_ij dW_ij = dO_i . O_i (W includes the dropout mask): the flash-attention identity
         d_norm = (d_out * out).sum(-1, keepdim=True)
         lse_safe = torch.where(torch.isfinite(lse), lse, 0.0).unsqueeze(-1) if ctx.want_lse else None
-        for index, c in enumerate(ctx.chunks):
+        for index, (c, visible) in enumerate(zip(ctx.chunks, ctx.visibles)):
             g, rows, keys = c.groups, c.rows, slice(0, c.keys)
             q_c = q_scaled[g, rows]
             s, s_real, weights, keep = tiles[index] or (None, None, None, None)
             tiles[index] = None
             if weights is None or (s is None and need_p) or (s_real is None and need_sq):
-                visible = _visible(key_mask, ctx.causal, c)
                 s = _scores(q_c, k[g, keys], visible, c)
                 s_real = _real(s, visible, c) if ctx.want_sq else None
             if weights is None:  # the forward's noise and dropout again, and the same softmax
