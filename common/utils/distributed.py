@@ -16,6 +16,7 @@ process collects its own, and their gradients are averaged like the task loss's.
 from __future__ import annotations
 
 import os
+import weakref
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Iterator, List, Optional, Sequence, Tuple, TypeVar
@@ -79,12 +80,18 @@ def init_distributed(
     return DistEnv(rank, world_size, local_rank, torch.device(device))
 
 
+#: The DistributedDataParallel models made by :func:`wrap_model` that :func:`cleanup` disarms.
+_WRAPPED: "weakref.WeakSet[DistributedDataParallel]" = weakref.WeakSet()
+
+
 def wrap_model(model: nn.Module, env: DistEnv) -> nn.Module:
     """``DistributedDataParallel(model)`` when there are several processes, else ``model``."""
     if not env.distributed:
         return model
     ids = [env.device.index] if env.device.type == "cuda" else None
-    return DistributedDataParallel(model, device_ids=ids)
+    wrapped = DistributedDataParallel(model, device_ids=ids)
+    _WRAPPED.add(wrapped)
+    return wrapped
 
 
 def shard_sampler(dataset: Dataset, env: DistEnv, shuffle: bool = True, seed: int = 0) -> Optional[DistributedSampler]:
@@ -148,9 +155,16 @@ def barrier(env: DistEnv) -> None:
 def cleanup(env: DistEnv) -> None:
     """Leave the process group once every process has arrived.
 
-    Delete DistributedDataParallel models before calling this: tearing gloo down while a
-    peer is still working, or destroying a DDP model after its group, can hang.
+    The models of :func:`wrap_model` stop being data-parallel here: their gradient reducer is
+    dropped before the group. A reducer outliving the group would destroy it later, with
+    Python's GIL held, and gloo's destructor then waits for its worker thread, which may need
+    the GIL to free a finished collective's tensor: a deadlock. Delete DDP models made
+    elsewhere before calling this.
     """
     if env.distributed and dist.is_initialized():
         dist.barrier()
+        for model in list(_WRAPPED):
+            for name in ("reducer", "logger"):  # the logger shares the reducer
+                model.__dict__.pop(name, None)
+        _WRAPPED.clear()
         dist.destroy_process_group()

@@ -59,8 +59,8 @@ def main(out_path: str) -> None:
     losses = train(model, xs[:, shard], ys[:, shard], env)
     if env.is_main:
         torch.save({"state": model.module.state_dict(), "losses": losses, "world_size": env.world_size}, out_path)
-    del model  # release DistributedDataParallel while the process group still exists
-    cleanup(env)
+    cleanup(env)  # with the model alive: the group must go now, not later with the model's reducer
+    assert "reducer" not in vars(model) and not torch.distributed.is_initialized()
 
 
 if __name__ == "__main__":
