@@ -178,10 +178,9 @@ class _ChunkedNoisyAttention(torch.autograd.Function):
         keep_scores = tile_bytes <= KEEP_BYTES
         budget = KEEP_BYTES
         ctx.tiles = []
-        q_scaled = q * scale
         for index, (c, visible) in enumerate(zip(chunks, visibles)):
             g, rows = c.groups, c.rows
-            s = _scores(q_scaled[g, rows], k[g, :c.keys], visible, c)
+            s = _scores(q[g, rows], k[g, :c.keys], scale, visible, c)
             if want_lse:
                 lse[g, rows] = torch.logsumexp(s, -1)
             s_real = None
@@ -203,7 +202,7 @@ class _ChunkedNoisyAttention(torch.autograd.Function):
                 budget -= weight_bytes
             ctx.tiles.append(tile)
             torch.bmm(weights if keep is None else weights * keep, v[g, :c.keys], out=out[g, rows])
-        ctx.save_for_backward(q_scaled, k, v, lse, out)
+        ctx.save_for_backward(q, k, v, lse, out)
         ctx.scale, ctx.sampler, ctx.chunks, ctx.visibles = scale, sampler, chunks, visibles
         ctx.want_lse, ctx.want_sq, ctx.empty_rows = want_lse, want_sq, empty_rows
         ctx.mark_non_differentiable(*(() if want_lse else (lse,)), *(() if want_sq else (sq,)))
@@ -211,27 +210,25 @@ class _ChunkedNoisyAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, d_out, d_lse, d_sq):
-        q_scaled, k, v, lse, out = ctx.saved_tensors
+        q, k, v, lse, out = ctx.saved_tensors
         scale, sampler = ctx.scale, ctx.sampler
         tiles, ctx.tiles = ctx.tiles, None
         d_out = d_out.contiguous()
         need_p = ctx.want_lse and d_lse is not None
         need_sq = ctx.want_sq and d_sq is not None
-        dq = torch.empty_like(q_scaled)
+        dq = torch.empty_like(q)
         # dk and dv are accumulated transposed, [G, d, K]: a product with a transposed
         # [rows x d] factor is markedly faster than one with a transposed [rows x K] factor
-        dk_t = k.new_zeros(k.shape[0], k.shape[2], k.shape[1])
-        dv_t = v.new_zeros(v.shape[0], v.shape[2], v.shape[1])
-        # sum_j W_ij dW_ij = dO_i . O_i (W includes the dropout mask): the flash-attention identity
-        d_norm = (d_out * out).sum(-1, keepdim=True)
+        dk_t = k.new_empty(k.shape[0], k.shape[2], k.shape[1])
+        dv_t = v.new_empty(v.shape[0], v.shape[2], v.shape[1])
         lse_safe = torch.where(torch.isfinite(lse), lse, 0.0).unsqueeze(-1) if ctx.want_lse else None
         for index, (c, visible) in enumerate(zip(ctx.chunks, ctx.visibles)):
             g, rows, keys = c.groups, c.rows, slice(0, c.keys)
-            q_c = q_scaled[g, rows]
+            q_c, first = q[g, rows], rows.start == 0  # a group's first chunk writes its dk, dv
             s, s_real, weights, keep = tiles[index] or (None, None, None, None)
             tiles[index] = None
             if weights is None or (s is None and need_p) or (s_real is None and need_sq):
-                s = _scores(q_c, k[g, keys], visible, c)
+                s = _scores(q_c, k[g, keys], scale, visible, c)
                 s_real = _real(s, visible, c) if ctx.want_sq else None
             if weights is None:  # the forward's noise and dropout again, and the same softmax
                 noise, keep = sampler.draws(s, index, c.where)
@@ -241,17 +238,20 @@ class _ChunkedNoisyAttention(torch.autograd.Function):
             d_weights = torch.bmm(d_o, v[g, keys].transpose(-1, -2))
             if keep is not None:
                 d_weights.mul_(keep)
-            dv_t[g, :, keys].baddbmm_(d_o.transpose(-1, -2).contiguous(), weights if keep is None else weights * keep)
-            d_s = d_weights.sub_(d_norm[g, rows]).mul_(weights)
+            _accumulate(dv_t, g, c.keys, d_o.transpose(-1, -2).contiguous(), weights if keep is None else weights * keep,
+                        first)
+            # sum_j W_ij dW_ij = dO_i . O_i (W includes the dropout mask): the flash-attention identity
+            d_norm = (d_o * out[g, rows]).sum(-1, keepdim=True)
+            d_s = d_weights.sub_(d_norm).mul_(weights)
             # d S2_i / d s_ij = 2 s_ij and d LSE_i / d s_ij = p_ij = exp(s_ij - LSE_i), in this
             # order: s_real may be a view of s, which p overwrites
             if need_sq:
                 d_s[..., :s_real.shape[-1]].addcmul_(s_real, d_sq[g, rows, None], value=2.0)
             if need_p:
                 d_s.addcmul_(s.sub_(lse_safe[g, rows]).exp_(), d_lse[g, rows, None])
-            torch.bmm(d_s, k[g, keys], out=dq[g, rows])
-            dk_t[g, :, keys].baddbmm_(q_c.transpose(-1, -2).contiguous(), d_s)
-        return dq.mul_(scale), dk_t.transpose(-1, -2), dv_t.transpose(-1, -2), None, None, None, None, None, None
+            dq[g, rows].baddbmm_(d_s, k[g, keys], beta=0, alpha=scale)
+            _accumulate(dk_t, g, c.keys, q_c.transpose(-1, -2).contiguous(), d_s, first, alpha=scale)
+        return dq, dk_t.transpose(-1, -2), dv_t.transpose(-1, -2), None, None, None, None, None, None
 
 
 def _plan(q: Tensor, k: Tensor, key_mask: Optional[Tensor], causal: bool) -> list:
@@ -301,11 +301,23 @@ def _visible(key_mask: Optional[Tensor], causal: bool, c: _Chunk) -> Optional[Te
     return tri if mask is None else mask & tri
 
 
-def _scores(q_c: Tensor, k: Tensor, visible: Optional[Tensor], c: _Chunk) -> Tensor:
-    """The chunk's scores (``q_c`` is already scaled) with ``-inf`` on hidden keys (added as a
-    ``0 / -inf`` bias: the mask has no row dimension, so this is cheaper than a masked fill)
-    and on the alignment keys after ``c.visible``."""
-    s = torch.bmm(q_c, k.transpose(-1, -2))
+def _accumulate(grad_t: Tensor, groups: slice, keys: int, a: Tensor, b: Tensor, first: bool,
+                alpha: float = 1.0) -> None:
+    """``grad_t[groups, :, :keys] += alpha a b``; a group's first chunk (``first``) writes it
+    instead and zeroes the keys after ``keys``, so ``grad_t`` needs no zero fill."""
+    if not first:
+        grad_t[groups, :, :keys].baddbmm_(a, b, alpha=alpha)
+        return
+    grad_t[groups, :, keys:] = 0.0
+    grad_t[groups, :, :keys].baddbmm_(a, b, beta=0, alpha=alpha)  # beta=0 ignores the uninitialised entries
+
+
+def _scores(q_c: Tensor, k: Tensor, scale: float, visible: Optional[Tensor], c: _Chunk) -> Tensor:
+    """The chunk's scores ``scale q_c k^T`` with ``-inf`` on hidden keys (added as a ``0 / -inf``
+    bias: the mask has no row dimension, so this is cheaper than a masked fill) and on the
+    alignment keys after ``c.visible``."""
+    s = q_c.new_empty(q_c.shape[:-1] + k.shape[-2:-1])
+    s.baddbmm_(q_c, k.transpose(-1, -2), beta=0, alpha=scale)
     if visible is not None:
         s.add_(torch.zeros(visible.shape, dtype=s.dtype, device=s.device).masked_fill_(~visible, float("-inf")))
     if c.keys > c.visible:
