@@ -116,9 +116,10 @@ def test_bfloat16_matches_materialised_within_stated_tolerance():
         torch.testing.assert_close(got.float(), want.float(), rtol=5e-2, atol=5e-2)
 
 
-def test_drawn_noise_and_dropout_are_replayed_in_the_backward_pass(monkeypatch):
+@pytest.mark.parametrize("name", ["bam-wc", "bam-lc"])
+def test_drawn_noise_and_dropout_are_replayed_in_the_backward_pass(name, monkeypatch):
     """Kept tiles and recomputed tiles (which draw the noise and dropout mask again) agree."""
-    norm = attention.build("bam-wc", key_dim=D, k=2.0).train()
+    norm = attention.build(name, key_dim=D, **({"k": 2.0} if name == "bam-wc" else {"sigma": 1.0})).train()
     q, k, v, mask, _ = _inputs()
     monkeypatch.setattr(dense_bam, "CHUNK_ELEMENTS", B * H * K * 4)
     results = []
@@ -135,11 +136,12 @@ def test_drawn_noise_and_dropout_are_replayed_in_the_backward_pass(monkeypatch):
             torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
 
 
-def test_drawn_sample_has_the_law_of_the_materialised_sample():
+@pytest.mark.parametrize("name, options", [("bam-wf", {"k": 2.0}), ("bam-lf", {"sigma": 1.0})])
+def test_drawn_sample_has_the_law_of_the_materialised_sample(name, options):
     """Mean and spread of the output over many draws match the materialised path's."""
     torch.manual_seed(0)
     q, k, v, mask, _ = _inputs()
-    norm = attention.build("bam-wf", k=2.0).train()
+    norm = attention.build(name, **options).train()
     scores = q.detach() @ k.detach().transpose(-1, -2) * D**-0.5
     with torch.no_grad():
         fused = torch.stack([dense_bam.dense_bam_attention(norm, q, k, v, mask=mask) for _ in range(2000)])
