@@ -308,7 +308,7 @@ def _accumulate(grad_t: Tensor, groups: slice, keys: int, a: Tensor, b: Tensor, 
     if not first:
         grad_t[groups, :, :keys].baddbmm_(a, b, alpha=alpha)
         return
-    grad_t[groups, :, keys:] = 0.0
+    grad_t[groups, :, keys:].zero_()
     grad_t[groups, :, :keys].baddbmm_(a, b, beta=0, alpha=alpha)  # beta=0 ignores the uninitialised entries
 
 
