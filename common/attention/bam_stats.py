@@ -61,6 +61,24 @@ def needs_square_sums(kernel) -> bool:
     return isinstance(kernel, LognormalKL)
 
 
+def projection_weights(kernel, k: Tensor, *, key_mask: Optional[Tensor] = None,
+                       prior_logits: Optional[Tensor] = None, prior_over_all_keys: bool = False) -> Tensor:
+    """The per-key weights ``w_r [..., H, m, K]`` whose projections ``P_ir = scale q_i . sum_j w_rj k_j``
+    :func:`dense_kl` needs (zero on hidden keys), in ``k``'s dtype: the visibility (fixed priors,
+    and the Lognormal ``q_i . K_i``), ``a_j = beta pi_j`` (Weibull, contextual prior), and
+    ``t_j = log pi_j`` (Lognormal, contextual prior) after the visibility. An attention kernel
+    that has ``q_i`` at hand computes the projections (:func:`dense_kl`'s ``projections``)."""
+    visible = _visible(k, key_mask)
+    if isinstance(kernel, WeibullGammaKL):
+        rows = [visible.to(k.dtype) if kernel.alpha is not None else _gamma_shapes(kernel, prior_logits, visible,
+                                                                                   prior_over_all_keys)]
+    else:
+        rows = [visible.to(k.dtype)]
+        if prior_logits is not None:
+            rows.append(_log_prior_visible(prior_logits, visible, prior_over_all_keys))
+    return torch.stack([r.to(k.dtype).expand(k.shape[:-1]) for r in rows], -2)
+
+
 def dense_kl(
     kernel,
     q: Tensor,
@@ -73,56 +91,78 @@ def dense_kl(
     prior_logits: Optional[Tensor] = None,
     square_sums: Optional[Tensor] = None,
     prior_over_all_keys: bool = False,
+    projections: Optional[Tensor] = None,
 ) -> Tensor:
     """The layer's KL from row statistics: ``q [..., H, Q, d]``, ``k [..., H, K, d]``,
     ``lse [..., H, Q]`` (``-inf`` on rows without keys), ``key_mask`` boolean broadcastable to
     ``[..., H, K]`` (True = visible), ``prior_logits [..., H, K]`` (contextual prior),
     ``square_sums [..., H, Q]`` (Lognormal). ``prior_over_all_keys``: the prior is normalised over
     every key, hidden ones included (BAM's ``prior_scope="all"``); the sums still run over visible keys.
+    ``projections [..., H, Q, m]``: ``scale q_i . sum_j w_rj k_j`` for the weights of
+    :func:`projection_weights` (no causal mask), computed here when not given.
     """
     if not supports(kernel, causal):
         raise ValueError("this KL has no closed form under a causal mask; use the materialised path")
+    if projections is not None and causal:
+        raise ValueError("projections cover all visible keys; under a causal mask dense_kl computes prefix sums")
     f64 = torch.float64
-    visible = (torch.ones((), dtype=torch.bool, device=k.device) if key_mask is None else key_mask)
-    visible = visible.expand(k.shape[:-1])
+    visible = _visible(k, key_mask)
     rows = _row_select(causal, q.shape[-2], k.shape[-2], k.device)
     n = _key_sums(visible.to(f64).unsqueeze(-1), rows).squeeze(-1)  # [..., H, Q or 1]
     nonempty = n > 0
     lse = torch.where(nonempty, lse.to(f64), 0.0)
-
-    def q_dot_keys(weights: Tensor) -> Tensor:
-        """``scale q_i . sum_{j in V_i} w_j k_j`` for per-key weights ``[..., H, K]`` (zero on hidden keys)."""
-        if rows is None:  # two matrix-vector products: no [..., Q, d] temporary in either pass
-            key_sum = torch.matmul(weights.to(k.dtype).unsqueeze(-2), k)  # [..., H, 1, d]
-            return torch.matmul(q, key_sum.transpose(-1, -2)).squeeze(-1).to(f64) * scale
-        return (q * _key_sums(weights.to(k.dtype).unsqueeze(-1) * k, rows)).sum(-1).to(f64) * scale
+    if projections is None:
+        weights = projection_weights(kernel, k, key_mask=key_mask, prior_logits=prior_logits,
+                                     prior_over_all_keys=prior_over_all_keys)
+        if rows is None:  # two matrix products: no [..., Q, d] temporary in either pass
+            projections = torch.matmul(q, torch.matmul(weights, k).transpose(-1, -2)) * scale
+        else:  # prefix sums of the keys (one weight row, the visibility, under a causal mask)
+            projections = (q * _key_sums(weights.squeeze(-2).unsqueeze(-1) * k, rows)).sum(-1, keepdim=True) * scale
+    projections = projections.to(f64)
 
     if isinstance(kernel, WeibullGammaKL):
         beta = math.exp(kernel.log_beta)
         if kernel.alpha is not None:
-            row = beta - kernel.alpha * (q_dot_keys(visible) - n * lse)
+            row = beta - kernel.alpha * (projections[..., 0] - n * lse)
         else:
-            log_pi = _log_prior(prior_logits.to(f64), visible, prior_over_all_keys)
-            log_tiny = math.log(torch.finfo(prior_logits.dtype).tiny)
-            alpha = torch.where(visible, (log_pi + math.log(beta)).clamp_min(log_tiny).exp(), 0.0)
+            alpha = _gamma_shapes(kernel, prior_logits, visible, prior_over_all_keys)
             alpha_sum = alpha.sum(-1, keepdim=True)
             lgamma_sum = torch.where(visible, torch.lgamma(torch.where(visible, alpha, 1.0)), 0.0).sum(-1, keepdim=True)
-            row = beta + lgamma_sum + kernel.c * alpha_sum - q_dot_keys(alpha) + alpha_sum * lse
+            row = beta + lgamma_sum + kernel.c * alpha_sum - projections[..., 0] + alpha_sum * lse
     else:
         if square_sums is None:
             raise ValueError("the Lognormal KL needs square_sums (sum_j s_ij^2 of every query)")
         u = kernel.offset - lse
-        qk_sum = q_dot_keys(visible)
+        qk_sum = projections[..., 0]
         if prior_logits is None:
             row = square_sums.to(f64) + 2 * u * qk_sum + n * u.square()
         else:
-            t = torch.where(visible, _log_prior(prior_logits.to(f64), visible, prior_over_all_keys), 0.0)
+            t = _log_prior_visible(prior_logits, visible, prior_over_all_keys)
             t_sum, t_sq = t.sum(-1, keepdim=True), t.square().sum(-1, keepdim=True)
-            row = square_sums.to(f64) - 2 * q_dot_keys(t) + t_sq + 2 * u * (qk_sum - t_sum) + n * u.square()
+            row = square_sums.to(f64) - 2 * projections[..., 1] + t_sq + 2 * u * (qk_sum - t_sum) + n * u.square()
         row = row * kernel.scale
     row = torch.where(nonempty, row, 0.0)
     count = n.expand_as(row).sum().clamp_min(1)
     return (row.sum() / count + kernel.const).to(q.dtype)
+
+
+def _visible(k: Tensor, key_mask: Optional[Tensor]) -> Tensor:
+    """The key visibility ``[..., H, K]`` (True = attend)."""
+    visible = torch.ones((), dtype=torch.bool, device=k.device) if key_mask is None else key_mask
+    return visible.expand(k.shape[:-1])
+
+
+def _gamma_shapes(kernel, prior_logits: Tensor, visible: Tensor, over_all_keys: bool) -> Tensor:
+    """``a_j = beta pi_j`` in float64 on visible keys (0 on hidden ones), kept above the smallest
+    normal float of the logits' dtype as the materialised path keeps it."""
+    log_tiny = math.log(torch.finfo(prior_logits.dtype).tiny)
+    log_pi = _log_prior(prior_logits.to(torch.float64), visible, over_all_keys)
+    return torch.where(visible, (log_pi + kernel.log_beta).clamp_min(log_tiny).exp(), 0.0)
+
+
+def _log_prior_visible(prior_logits: Tensor, visible: Tensor, over_all_keys: bool) -> Tensor:
+    """``t_j = log pi_j`` in float64 on visible keys, 0 on hidden ones."""
+    return torch.where(visible, _log_prior(prior_logits.to(torch.float64), visible, over_all_keys), 0.0)
 
 
 def _row_select(causal: bool, num_queries: int, num_keys: int, device) -> Optional[Tensor]:

@@ -35,7 +35,7 @@ from torch import Tensor
 
 from .aux import add_aux_loss, collecting
 from .bam import BAM
-from .bam_stats import dense_kl, needs_square_sums, supports
+from .bam_stats import dense_kl, needs_square_sums, projection_weights, supports
 from .functional import log_weibull_
 from .kernels import use_triton
 
@@ -151,21 +151,27 @@ class _Chunk:
 
 
 class _ChunkedNoisyAttention(torch.autograd.Function):
-    """``(dropout(softmax(s + noise)) v, LSE_i, S2_i)`` over chunks of ``q [G, Q, d]``, ``k, v [G, K, *]``,
-    ``s = scale q k^T``; ``key_mask`` is ``[G, 1, K]`` or None.
+    """``(dropout(softmax(s + noise)) v, LSE_i, S2_i, P_ir)`` over chunks of ``q [G, Q, d]``,
+    ``k, v [G, K, *]``, ``s = scale q k^T``; ``key_mask`` is ``[G, 1, K]`` or None.
 
     ``LSE_i`` is the log-sum-exp of the clean scores over the visible keys and ``S2_i`` their sum
     of squares (computed when ``want_lse``/``want_sq``): the row statistics of the KL. Masked
     entries get exactly zero weight; rows without a visible key give zero output and
-    ``LSE_i = -inf``. While every chunk's scores and weights fit in :data:`KEEP_BYTES` they are
-    kept for the backward pass; beyond that the weights of the first chunks are kept while they
-    fit and the backward pass recomputes the others, noise included (the same ``softmax`` of
-    the same ``z``, so the weights are bit for bit the forward's).
+    ``LSE_i = -inf``. ``P_ir = scale q_i . sum_j w_rj k_j`` are the KL's projections for the
+    per-key weights ``key_weights [G, m, K]`` (or None), taken while a chunk's queries are at
+    hand; their gradients go to the chunk's ``dq`` and, at the end, to ``dk``.
+
+    While every chunk's scores and weights fit in :data:`KEEP_BYTES` they are kept for the
+    backward pass; beyond that the weights of the first chunks are kept while they fit and the
+    backward pass recomputes the others, noise included (the same ``softmax`` of the same
+    ``z``, so the weights are bit for bit the forward's).
     """
 
     @staticmethod
-    def forward(ctx, q, k, v, key_mask, causal, scale, sampler, want_lse, want_sq):
+    def forward(ctx, q, k, v, key_mask, causal, scale, sampler, want_lse, want_sq, key_weights):
         out = q.new_empty(q.shape[:-1] + v.shape[-1:])  # every row is some chunk's
+        centers = None if key_weights is None else torch.bmm(key_weights, k)  # [G, m, d]: sum_j w_rj k_j
+        proj = q.new_empty(q.shape[:-1] + ((0,) if centers is None else centers.shape[-2:-1]))
         lse = q.new_full(q.shape[:-1] if want_lse else (0,), float("-inf"))
         sq = q.new_zeros(q.shape[:-1] if want_sq else (0,))
         empty_rows = key_mask is not None and (causal or not bool(key_mask.any(-1).all()))
@@ -181,6 +187,8 @@ class _ChunkedNoisyAttention(torch.autograd.Function):
         for index, (c, visible) in enumerate(zip(chunks, visibles)):
             g, rows = c.groups, c.rows
             s = _scores(q[g, rows], k[g, :c.keys], scale, visible, c)
+            if centers is not None:
+                proj[g, rows].baddbmm_(q[g, rows], centers[g].transpose(-1, -2), beta=0, alpha=scale)
             if want_lse:
                 lse[g, rows] = torch.logsumexp(s, -1)
             s_real = None
@@ -202,15 +210,16 @@ class _ChunkedNoisyAttention(torch.autograd.Function):
                 budget -= weight_bytes
             ctx.tiles.append(tile)
             torch.bmm(weights if keep is None else weights * keep, v[g, :c.keys], out=out[g, rows])
-        ctx.save_for_backward(q, k, v, lse, out)
+        ctx.save_for_backward(q, k, v, lse, out, key_weights, centers)
         ctx.scale, ctx.sampler, ctx.chunks, ctx.visibles = scale, sampler, chunks, visibles
         ctx.want_lse, ctx.want_sq, ctx.empty_rows = want_lse, want_sq, empty_rows
-        ctx.mark_non_differentiable(*(() if want_lse else (lse,)), *(() if want_sq else (sq,)))
-        return out, lse, sq
+        ctx.mark_non_differentiable(*(() if want_lse else (lse,)), *(() if want_sq else (sq,)),
+                                    *(() if centers is not None else (proj,)))
+        return out, lse, sq, proj
 
     @staticmethod
-    def backward(ctx, d_out, d_lse, d_sq):
-        q, k, v, lse, out = ctx.saved_tensors
+    def backward(ctx, d_out, d_lse, d_sq, d_proj):
+        q, k, v, lse, out, key_weights, centers = ctx.saved_tensors
         scale, sampler = ctx.scale, ctx.sampler
         tiles, ctx.tiles = ctx.tiles, None
         d_out = d_out.contiguous()
@@ -221,6 +230,7 @@ class _ChunkedNoisyAttention(torch.autograd.Function):
         # [rows x d] factor is markedly faster than one with a transposed [rows x K] factor
         dk_t = k.new_empty(k.shape[0], k.shape[2], k.shape[1])
         dv_t = v.new_empty(v.shape[0], v.shape[2], v.shape[1])
+        d_centers = None if d_proj is None or centers is None else torch.zeros_like(centers)
         lse_safe = torch.where(torch.isfinite(lse), lse, 0.0).unsqueeze(-1) if ctx.want_lse else None
         for index, (c, visible) in enumerate(zip(ctx.chunks, ctx.visibles)):
             g, rows, keys = c.groups, c.rows, slice(0, c.keys)
@@ -238,8 +248,8 @@ class _ChunkedNoisyAttention(torch.autograd.Function):
             d_weights = torch.bmm(d_o, v[g, keys].transpose(-1, -2))
             if keep is not None:
                 d_weights.mul_(keep)
-            _accumulate(dv_t, g, c.keys, d_o.transpose(-1, -2).contiguous(), weights if keep is None else weights * keep,
-                        first)
+            kept = weights if keep is None else weights * keep
+            _accumulate(dv_t, g, c.keys, d_o.transpose(-1, -2).contiguous(), kept, first)
             # sum_j W_ij dW_ij = dO_i . O_i (W includes the dropout mask): the flash-attention identity
             d_norm = (d_o * out[g, rows]).sum(-1, keepdim=True)
             d_s = d_weights.sub_(d_norm).mul_(weights)
@@ -250,8 +260,16 @@ class _ChunkedNoisyAttention(torch.autograd.Function):
             if need_p:
                 d_s.addcmul_(s.sub_(lse_safe[g, rows]).exp_(), d_lse[g, rows, None])
             dq[g, rows].baddbmm_(d_s, k[g, keys], beta=0, alpha=scale)
+            if d_centers is not None:  # P_ir = scale q_i . C_r
+                dq[g, rows].baddbmm_(d_proj[g, rows], centers[g], alpha=scale)
+                d_centers[g].baddbmm_(d_proj[g, rows].transpose(-1, -2), q_c, alpha=scale)
             _accumulate(dk_t, g, c.keys, q_c.transpose(-1, -2).contiguous(), d_s, first, alpha=scale)
-        return dq, dk_t.transpose(-1, -2), dv_t.transpose(-1, -2), None, None, None, None, None, None
+        d_key_weights = None
+        if d_centers is not None:  # C_r = sum_j w_rj k_j
+            dk_t.baddbmm_(d_centers.transpose(-1, -2), key_weights)
+            d_key_weights = torch.bmm(d_centers, k.transpose(-1, -2)) if ctx.needs_input_grad[-1] else None
+        return (dq, dk_t.transpose(-1, -2), dv_t.transpose(-1, -2), None, None, None, None, None, None,
+                d_key_weights)
 
 
 def _plan(q: Tensor, k: Tensor, key_mask: Optional[Tensor], causal: bool) -> list:
@@ -364,30 +382,38 @@ def dense_bam_attention(
     want_sq = collect and needs_square_sums(kernel)
     with torch.autocast(q.device.type, enabled=False):
         qf, kf, vf = (x.float() if x.dtype != torch.float64 else x for x in (q, k, v))
+        prior = None if not collect or norm.prior_net is None else norm.prior_net(kf, head_axis=-3)
+        kl_args = dict(key_mask=None if key_mask is None else key_mask.squeeze(-2), prior_logits=prior,
+                       prior_over_all_keys=norm.prior_scope == "all")
+        proj = None
         if triton:
             out, lse, sq = _triton_attention(q, k, v, key_mask, causal, scale, sampler, collect, want_sq)
-        else:
-            out, lse, sq = _chunked_attention(qf, kf, vf, key_mask, causal, scale, sampler, collect, want_sq)
+        else:  # the chunks take the KL's projections of q too (all keys: no causal mask)
+            weights = projection_weights(kernel, kf, **kl_args) if collect and not causal else None
+            out, lse, sq, proj = _chunked_attention(qf, kf, vf, key_mask, causal, scale, sampler, collect, want_sq,
+                                                    weights)
         if collect:
-            prior = None if norm.prior_net is None else norm.prior_net(kf, head_axis=-3)
-            add_aux_loss("bam_kl", dense_kl(kernel, qf, kf, lse, scale=scale, causal=causal, prior_logits=prior,
-                                            key_mask=None if key_mask is None else key_mask.squeeze(-2),
-                                            square_sums=sq if want_sq else None,
-                                            prior_over_all_keys=norm.prior_scope == "all"))
+            add_aux_loss("bam_kl", dense_kl(kernel, qf, kf, lse, scale=scale, causal=causal,
+                                            square_sums=sq if want_sq else None, projections=proj, **kl_args))
     return out.to(q.dtype)
 
 
-def _chunked_attention(q, k, v, key_mask, causal, scale, sampler, want_lse, want_sq):
-    """:class:`_ChunkedNoisyAttention` over ``[..., H, L, d]`` tensors, flattened to ``[G, L, d]``."""
+def _chunked_attention(q, k, v, key_mask, causal, scale, sampler, want_lse, want_sq, key_weights):
+    """:class:`_ChunkedNoisyAttention` over ``[..., H, L, d]`` tensors, flattened to ``[G, L, d]``;
+    ``key_weights [..., H, m, K]`` or None. Returns the output, LSE, S2 and projections (None
+    without ``key_weights``) in the input's leading shape."""
     lead, n_q, n_k = q.shape[:-2], q.shape[-2], k.shape[-2]
     q3, k3, v3 = (x.reshape(-1, *x.shape[-2:]) for x in (q, k, v))
     if key_mask is not None:
         key_mask = key_mask.expand(lead + (1, n_k)).reshape(-1, 1, n_k)
     if sampler.noise is not None:
         sampler.noise = sampler.noise.expand(lead + (n_q, n_k)).reshape(-1, n_q, n_k)
-    out, lse, sq = _ChunkedNoisyAttention.apply(q3, k3, v3, key_mask, causal, scale, sampler, want_lse, want_sq)
+    weights3 = None if key_weights is None else key_weights.reshape(-1, *key_weights.shape[-2:])
+    out, lse, sq, proj = _ChunkedNoisyAttention.apply(q3, k3, v3, key_mask, causal, scale, sampler, want_lse, want_sq,
+                                                      weights3)
     return (out.view(lead + out.shape[-2:]), lse.view(lead + (n_q,)) if want_lse else lse,
-            sq.view(lead + (n_q,)) if want_sq else sq)
+            sq.view(lead + (n_q,)) if want_sq else sq,
+            None if key_weights is None else proj.view(lead + proj.shape[-2:]))
 
 
 def _triton_attention(q, k, v, key_mask, causal, scale, sampler, want_lse, want_sq):
