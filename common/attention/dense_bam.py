@@ -10,7 +10,7 @@ memory kept between the passes is ``O(L)``: ``q, k, v``, the output and two numb
 query. The KL comes from per-query statistics (:mod:`common.attention.bam_stats`).
 
 The noise of a chunk comes from generators seeded with ``(seed, chunk)`` (:class:`_Stream`:
-numpy's PCG64DXSM words for the uniforms on CPU, torch's generator for the normals), the seed
+numpy's PCG64DXSM words for the uniforms and the Box-Muller normals on CPU), the seed
 drawn from torch's default generator at each call, so ``torch.manual_seed`` makes runs
 repeatable. Dropout on the weights (``Attend``'s ``dropout``) draws its mask from the same
 stream. ``noise=`` takes an explicit standard log-noise tensor instead (tests compare the
@@ -26,6 +26,7 @@ whenever nothing needs the weight matrix (see :func:`fused_bam` for the conditio
 """
 from __future__ import annotations
 
+import math
 import os
 from typing import Optional
 
@@ -83,11 +84,12 @@ class _Stream:
     """The random numbers of one chunk, from generators seeded with ``seed``.
 
     On CPU in float32 the uniforms are built from the raw 32-bit words of numpy's PCG64DXSM
-    (several times faster than torch's mt19937 floats): the low 23 bits ``m`` give
+    (three times faster than torch's mt19937 floats): the low 23 bits ``m`` give
     ``u = (m + 1/2) 2^-23`` in the open interval ``(0, 1)``, so ``log(-log u)`` is finite
-    without a clamp, and the low 24 bits decide dropout. Elsewhere (CUDA without Triton,
-    float64) torch's generator gives them. Normals come from torch's generator (its
-    vectorised Box-Muller is the faster one).
+    without a clamp, and the low 24 bits decide dropout. Normals are Box-Muller pairs of such
+    uniforms, ``sqrt(-2 log u1) (cos, sin)(2 pi u2)``, truncated at ``|x| <= 5.77`` as torch's
+    own (24-bit uniforms) are. Elsewhere (CUDA without Triton, float64) torch's generator
+    gives them.
     """
 
     def __init__(self, seed: int):
@@ -98,31 +100,42 @@ class _Stream:
         if not self._raw_bits(like):
             return log_weibull_(torch.rand(like.shape, dtype=like.dtype, device=like.device,
                                            generator=self._generator(like)), 1.0)
-        mantissa = self._words(like).bitwise_and_(0x7FFFFF).bitwise_or_(_ONE_BITS).view(torch.float32)
-        return mantissa.sub_(1 - 2.0**-24).log_().neg_().log_()  # [1, 2) - (1 - 2^-24) = (m + 1/2) 2^-23
+        return self._open_uniforms(like.numel()).log_().neg_().log_().view(like.shape)
 
     def keep(self, like: Tensor, p: float) -> Tensor:
         """The dropout scale ``[u >= p] / (1 - p)``."""
         if self._raw_bits(like):
-            kept = self._words(like).bitwise_and_(0xFFFFFF) >= round(p * (1 << 24))
+            kept = self._words(like.numel()).view(like.shape).bitwise_and_(0xFFFFFF) >= round(p * (1 << 24))
         else:
             kept = torch.rand(like.shape, dtype=like.dtype, device=like.device, generator=self._generator(like)) >= p
         return kept.to(like.dtype).div_(1 - p)
 
     def normal(self, like: Tensor) -> Tensor:
-        return torch.randn(like.shape, dtype=like.dtype, device=like.device, generator=self._generator(like))
+        """Standard normal noise (the Lognormal posterior's log-noise)."""
+        if not self._raw_bits(like):
+            return torch.randn(like.shape, dtype=like.dtype, device=like.device, generator=self._generator(like))
+        half = (like.numel() + 1) // 2
+        u = self._open_uniforms(2 * half)
+        radius, angle = u[:half].log_().mul_(-2.0).sqrt_(), u[half:].mul_(2 * math.pi)
+        out = torch.empty(2 * half, dtype=torch.float32)
+        torch.cos(angle, out=out[:half]).mul_(radius)
+        torch.sin(angle, out=out[half:]).mul_(radius)
+        return out[:like.numel()].view(like.shape)
 
     @staticmethod
     def _raw_bits(like: Tensor) -> bool:
         return like.device.type == "cpu" and like.dtype == torch.float32
 
-    def _words(self, like: Tensor) -> Tensor:
-        """``like.numel()`` random int32 words, shaped like ``like``."""
+    def _open_uniforms(self, n: int) -> Tensor:
+        """``n`` float32 uniforms ``(m + 1/2) 2^-23`` in the open interval ``(0, 1)``."""
+        mantissa = self._words(n).bitwise_and_(0x7FFFFF).bitwise_or_(_ONE_BITS).view(torch.float32)
+        return mantissa.sub_(1 - 2.0**-24)  # [1, 2) - (1 - 2^-24) = (m + 1/2) 2^-23
+
+    def _words(self, n: int) -> Tensor:
+        """``n`` random int32 words."""
         if self._numpy is None:
             self._numpy = np.random.PCG64DXSM(self.seed)
-        n = like.numel()
-        words = self._numpy.random_raw((n + 1) // 2).view(np.int32)[:n]
-        return torch.from_numpy(words).view(like.shape)
+        return torch.from_numpy(self._numpy.random_raw((n + 1) // 2).view(np.int32)[:n])
 
     def _generator(self, like: Tensor) -> torch.Generator:
         if self._torch is None:

@@ -152,6 +152,30 @@ def test_drawn_sample_has_the_law_of_the_materialised_sample(name, options):
     assert ((fused.std(0) - full.std(0)).abs() <= 5 * (spread / (2 * n)).sqrt() + 1e-4).all()
 
 
+@pytest.mark.parametrize("law", ["normal", "log_weibull"])
+def test_chunk_noise_has_its_standard_law(law):
+    """The CPU stream's noise: standard normal (Box-Muller pairs) or log(-log u) (a standard
+    Gumbel of minima: mean -0.5772, variance pi^2/6); moments and quantiles within 5 standard errors."""
+    like = torch.empty(1001, 1001)  # odd size: the Box-Muller halves do not line up with rows
+    x = getattr(dense_bam._Stream(11), law)(like)
+    assert x.shape == like.shape and x.dtype == torch.float32 and torch.isfinite(x).all()
+    x = x.double().flatten()
+    n = x.numel()
+    if law == "normal":
+        mean, var, kurtosis, cdf = 0.0, 1.0, 3.0, lambda t: 0.5 * (1 + torch.erf(t / 2**0.5))
+    else:
+        mean, var, kurtosis, cdf = -0.5772156649, torch.pi**2 / 6, 5.4, lambda t: 1 - torch.exp(-torch.exp(t))
+    assert abs(x.mean() - mean) <= 5 * (var / n) ** 0.5
+    assert abs(x.var() / var - 1) <= 5 * ((kurtosis - 1) / n) ** 0.5
+    for t in (-3.0, -1.5, 0.0, 1.0, 2.5):
+        p = cdf(torch.tensor(t, dtype=torch.float64))
+        assert abs((x < t).double().mean() - p) <= 5 * (p * (1 - p) / n) ** 0.5 + 1e-6
+    if law == "normal":  # the pairs of a Box-Muller draw are independent: their squares uncorrelated
+        half = (n + 1) // 2
+        a, b = x[:n - half].square(), x[half:].square()
+        assert abs(torch.corrcoef(torch.stack([a, b]))[0, 1]) <= 5 / (n - half) ** 0.5
+
+
 def test_attend_takes_the_fused_path_only_when_no_map_is_needed(monkeypatch):
     calls = []
     original = dense_bam.dense_bam_attention
