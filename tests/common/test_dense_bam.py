@@ -102,6 +102,21 @@ def test_fully_masked_rows_give_exact_zeros_and_finite_gradients():
     assert torch.equal(grads[1][2], torch.zeros_like(grads[1][2]))  # keys nobody sees get no gradient
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_row_statistics_are_those_of_the_masked_scores(causal):
+    """LSE_i (-inf on rows without keys) and S2_i of the chunks equal torch's on the masked scores."""
+    q, k, v, mask, _ = _inputs()
+    visible = mask & (torch.ones(Q, K).tril().bool() if causal else True)
+    scores = (q @ k.transpose(-1, -2) * D**-0.5).detach()
+    sampler = dense_bam.Sampler("weibull", 0.0, 0.0, seed=0)
+    _, lse, sq, _ = dense_bam._chunked_attention(q.detach(), k.detach(), v.detach(), mask, causal, D**-0.5,
+                                                 sampler, True, True, None)
+    want_lse = torch.logsumexp(scores.masked_fill(~visible, float("-inf")), -1)
+    assert torch.isneginf(want_lse[2]).all() and torch.equal(torch.isneginf(lse), torch.isneginf(want_lse))
+    torch.testing.assert_close(lse, want_lse, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(sq, scores.masked_fill(~visible, 0.0).square().sum(-1), rtol=1e-6, atol=1e-6)
+
+
 def test_bfloat16_matches_materialised_within_stated_tolerance():
     """bf16 inputs: the fused path computes in float32 throughout, the materialised one rounds
     its scores and weights to bf16, so they agree to bf16 resolution (2e-2)."""
