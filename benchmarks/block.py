@@ -16,7 +16,7 @@ pairing adjacent calls cancels that drift where the block-of-seconds medians of
 3. Dense BAM (``bam-wc``, ``bam-lc``) through ``Attend`` in training mode with the KL
    collected (the fused path of :mod:`common.attention.dense_bam`) against the softmax block
    (SDPA), at ``--lengths`` (default 128 512 4096 16384) in ``--dtypes`` (fp32, bf16), with a
-   key padding mask and ``batch = --tokens / L``. Time is the median of paired ABBA ratios;
+   key padding mask (``--padding none``: no mask) and ``batch = --tokens / L``. Time is the median of paired ABBA ratios;
    peak memory is measured for each case in a fresh subprocess (CPU: resident set high-water
    mark; CUDA: ``torch.cuda.max_memory_allocated``). The materialised BAM path is timed too
    where its ``[L x L]`` maps stay under ``--materialised-max`` entries.
@@ -85,16 +85,17 @@ def core_case(name: str, batch: int, length: int, masked: bool):
     return {"sdpa": sdpa, "block": block}[name]
 
 
-def bam_case(name: str, length: int, batch: int, dtype: str, device: str):
+def bam_case(name: str, length: int, batch: int, dtype: str, device: str, padded: bool = True):
     """One forward+backward of ``Attend`` in training mode: ``softmax`` (SDPA) or a BAM variant
-    (``<variant>`` fused, ``<variant>:materialised`` the weight-matrix path), KL included."""
+    (``<variant>`` fused, ``<variant>:materialised`` the weight-matrix path), KL included; with
+    ``padded``, a key padding mask keeps a length drawn between L/2 and L per sequence."""
     g = torch.Generator().manual_seed(0)
     variant, _, path = name.partition(":")
     q, k, v = (torch.randn(batch, HEADS, length, HEAD_DIM, generator=g).to(device, DTYPES[dtype]).requires_grad_()
                for _ in range(3))
     upstream = torch.randn(batch, HEADS, length, HEAD_DIM, generator=g).to(device, DTYPES[dtype])
     lengths = torch.randint(length // 2, length + 1, (batch,), generator=g)
-    mask = (torch.arange(length) < lengths[:, None]).view(batch, 1, 1, length).to(device)
+    mask = (torch.arange(length) < lengths[:, None]).view(batch, 1, 1, length).to(device) if padded else None
     attend = Attend(HEADS, HEAD_DIM, {"normalizer": variant}).to(device).train()
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
 
@@ -107,8 +108,8 @@ def bam_case(name: str, length: int, batch: int, dtype: str, device: str):
     return step
 
 
-def bam_memory_main(name: str, length: int, batch: int, dtype: str, device: str) -> None:
-    step = bam_case(name, length, batch, dtype, device)
+def bam_memory_main(name: str, length: int, batch: int, dtype: str, device: str, padded: bool) -> None:
+    step = bam_case(name, length, batch, dtype, device, padded)
     if device.startswith("cuda"):
         step()
         torch.cuda.reset_peak_memory_stats()
@@ -116,7 +117,7 @@ def bam_memory_main(name: str, length: int, batch: int, dtype: str, device: str)
         step()
         peak = (torch.cuda.max_memory_allocated() - base) / 2**20
     else:  # warmed up on a small case: the measured call starts from an allocator without its buffers
-        peak = peak_memory_mb(step, warmup=bam_case(name, 64, 2, dtype, device))
+        peak = peak_memory_mb(step, warmup=bam_case(name, 64, 2, dtype, device, padded))
     print(json.dumps({"peak_mb": peak}))
 
 
@@ -126,18 +127,20 @@ def bam_sweep(args) -> list:
     for dtype in args.dtypes:
         for length in args.lengths:
             batch = max(1, args.tokens // length)
-            common = [str(length), str(batch), dtype, args.device]
+            common = [str(length), str(batch), dtype, args.device, "--padding", args.padding]
             sdpa_mem = in_subprocess(__file__, "--bam-memory", "softmax", *common, "--threads", str(args.threads))
             for variant in args.bam:
                 names = ["softmax", variant]
                 if batch * HEADS * length * length <= args.materialised_max:
                     names.append(variant + ":materialised")
-                fns = {name: bam_case(name, length, batch, dtype, args.device) for name in names}
+                fns = {name: bam_case(name, length, batch, dtype, args.device, args.padding == "random")
+                       for name in names}
                 calls = max(4, args.calls * 128 * 128 // (length * length))
                 clock = time.process_time if args.clock == "cpu" else time.perf_counter
                 times, ratio = paired_times({n: fns[n] for n in names[:2]}, calls, warmup=1, clock=clock)
                 row = {"variant": variant, "dtype": dtype, "length": length, "batch": batch, "heads": HEADS,
-                       "head_dim": HEAD_DIM, "mask": "key padding", "calls": calls,
+                       "head_dim": HEAD_DIM, "mask": "key padding" if args.padding == "random" else "none",
+                       "calls": calls,
                        "sdpa_ms": round(times["softmax"], 2), "bam_ms": round(times[variant], 2),
                        "time_ratio": round(ratio, 3)}
                 if len(names) == 3:
@@ -206,6 +209,8 @@ def main() -> None:
     parser.add_argument("--dtypes", nargs="+", choices=list(DTYPES), default=["fp32", "bf16"])
     parser.add_argument("--bam", nargs="+", default=["bam-wc", "bam-lc"], help="section 3 variants")
     parser.add_argument("--tokens", type=int, default=8192, help="section 3: batch = tokens / length (at least 1)")
+    parser.add_argument("--padding", choices=["random", "none"], default="random",
+                        help="section 3: key padding to a length drawn between L/2 and L per sequence, or no mask")
     parser.add_argument("--materialised-max", type=float, default=2**27,
                         help="section 3: time the materialised path up to this many map entries")
     parser.add_argument("--clock", choices=["wall", "cpu"], default="wall",
@@ -215,7 +220,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     if args.bam_memory:
         name, length, batch, dtype, device = args.bam_memory
-        return bam_memory_main(name, int(length), int(batch), dtype, device)
+        return bam_memory_main(name, int(length), int(batch), dtype, device, args.padding == "random")
     if args.only == "bam":
         report = {"environment": environment(args.threads), "device": args.device,
                   "pass": "forward+backward, training mode, KL collected",
