@@ -151,9 +151,11 @@ def test_drawn_noise_and_dropout_are_replayed_in_the_backward_pass(name, monkeyp
             torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.parametrize("name, options", [("bam-wf", {"k": 2.0}), ("bam-lf", {"sigma": 1.0})])
-def test_drawn_sample_has_the_law_of_the_materialised_sample(name, options):
-    """Mean and spread of the output over many draws match the materialised path's."""
+@pytest.mark.parametrize("name, options, cap", [("bam-wf", {"k": 2.0}, 0.04),
+                                                ("bam-lf", {"sigma": 1.0}, float("inf"))])
+def test_drawn_sample_has_the_law_of_the_materialised_sample(name, options, cap):
+    """Mean and spread of the output over many draws match the materialised path's (the Weibull
+    case also within its earlier absolute bound, ``cap``)."""
     torch.manual_seed(0)
     q, k, v, mask, _ = _inputs()
     norm = attention.build(name, **options).train()
@@ -163,8 +165,10 @@ def test_drawn_sample_has_the_law_of_the_materialised_sample(name, options):
         full = torch.stack([norm(scores, mask=mask) @ v for _ in range(2000)])
     n, spread = len(fused), fused.var(0) + full.var(0)
     # within 5 standard errors of the difference of two independent estimates
-    assert ((fused.mean(0) - full.mean(0)).abs() <= 5 * (spread / n).sqrt() + 1e-4).all()
-    assert ((fused.std(0) - full.std(0)).abs() <= 5 * (spread / (2 * n)).sqrt() + 1e-4).all()
+    mean_bound = (5 * (spread / n).sqrt() + 1e-4).clamp_max(cap)
+    std_bound = (5 * (spread / (2 * n)).sqrt() + 1e-4).clamp_max(cap)
+    assert ((fused.mean(0) - full.mean(0)).abs() <= mean_bound).all()
+    assert ((fused.std(0) - full.std(0)).abs() <= std_bound).all()
 
 
 @pytest.mark.parametrize("law", ["normal", "log_weibull"])
