@@ -16,10 +16,11 @@ pairing adjacent calls cancels that drift where the block-of-seconds medians of
 3. Dense BAM (``bam-wc``, ``bam-lc``) through ``Attend`` in training mode with the KL
    collected (the fused path of :mod:`common.attention.dense_bam`) against the softmax block
    (SDPA), at ``--lengths`` (default 128 512 4096 16384) in ``--dtypes`` (fp32, bf16), with a
-   key padding mask (``--padding none``: no mask) and ``batch = --tokens / L``. Time is the median of paired ABBA ratios;
-   peak memory is measured for each case in a fresh subprocess (CPU: resident set high-water
-   mark; CUDA: ``torch.cuda.max_memory_allocated``). The materialised BAM path is timed too
-   where its ``[L x L]`` maps stay under ``--materialised-max`` entries.
+   key padding mask (``--padding none``: no mask) and ``batch = --tokens / L``. Time is the
+   median of paired ABBA ratios; peak memory is measured for each case in a fresh subprocess
+   (CPU: resident set high-water mark; CUDA: ``torch.cuda.max_memory_allocated``). The
+   materialised BAM path is timed too where its ``[L x L]`` maps stay under
+   ``--materialised-max`` entries.
 
     python benchmarks/block.py            # writes benchmarks/results/block.json
     python benchmarks/block.py --quick    # small shapes, for a smoke run
@@ -123,7 +124,7 @@ def bam_memory_main(name: str, length: int, batch: int, dtype: str, device: str,
 
 def bam_sweep(args) -> list:
     """Rows of section 3: BAM block vs softmax block (SDPA), time and peak memory."""
-    rows = []
+    rows, padded = [], args.padding == "random"
     for dtype in args.dtypes:
         for length in args.lengths:
             batch = max(1, args.tokens // length)
@@ -133,14 +134,12 @@ def bam_sweep(args) -> list:
                 names = ["softmax", variant]
                 if batch * HEADS * length * length <= args.materialised_max:
                     names.append(variant + ":materialised")
-                fns = {name: bam_case(name, length, batch, dtype, args.device, args.padding == "random")
-                       for name in names}
+                fns = {name: bam_case(name, length, batch, dtype, args.device, padded) for name in names}
                 calls = max(4, args.calls * 128 * 128 // (length * length))
                 clock = time.process_time if args.clock == "cpu" else time.perf_counter
                 times, ratio = paired_times({n: fns[n] for n in names[:2]}, calls, warmup=1, clock=clock)
                 row = {"variant": variant, "dtype": dtype, "length": length, "batch": batch, "heads": HEADS,
-                       "head_dim": HEAD_DIM, "mask": "key padding" if args.padding == "random" else "none",
-                       "calls": calls,
+                       "head_dim": HEAD_DIM, "mask": "key padding" if padded else "none", "calls": calls,
                        "sdpa_ms": round(times["softmax"], 2), "bam_ms": round(times[variant], 2),
                        "time_ratio": round(ratio, 3)}
                 if len(names) == 3:

@@ -70,10 +70,10 @@ def projection_weights(kernel, k: Tensor, *, key_mask: Optional[Tensor] = None,
     that has ``q_i`` at hand computes the projections (:func:`dense_kl`'s ``projections``)."""
     visible = _visible(k, key_mask)
     if isinstance(kernel, WeibullGammaKL):
-        rows = [visible.to(k.dtype) if kernel.alpha is not None else _gamma_shapes(kernel, prior_logits, visible,
-                                                                                   prior_over_all_keys)]
+        rows = [visible if kernel.alpha is not None else
+                _gamma_shapes(kernel, prior_logits, visible, prior_over_all_keys)]
     else:
-        rows = [visible.to(k.dtype)]
+        rows = [visible]
         if prior_logits is not None:
             rows.append(_log_prior_visible(prior_logits, visible, prior_over_all_keys))
     return torch.stack([r.to(k.dtype).expand(k.shape[:-1]) for r in rows], -2)
