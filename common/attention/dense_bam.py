@@ -115,12 +115,12 @@ class _Stream:
         if not self._raw_bits(like):
             return torch.randn(like.shape, dtype=like.dtype, device=like.device, generator=self._generator(like))
         half = (like.numel() + 1) // 2
-        u = self._open_uniforms(2 * half)
+        u = self._open_uniforms(2 * half)  # becomes (radius cos, radius sin), in place
         radius, angle = u[:half].log_().mul_(-2.0).sqrt_(), u[half:].mul_(2 * math.pi)
-        out = torch.empty(2 * half, dtype=torch.float32)
-        torch.cos(angle, out=out[:half]).mul_(radius)
-        torch.sin(angle, out=out[half:]).mul_(radius)
-        return out[:like.numel()].view(like.shape)
+        cos = torch.cos(angle)
+        angle.sin_().mul_(radius)
+        radius.mul_(cos)
+        return u[:like.numel()].view(like.shape)
 
     @staticmethod
     def _raw_bits(like: Tensor) -> bool:
@@ -160,7 +160,8 @@ class _Chunk:
         self.groups, self.rows, self.visible = groups, rows, visible
         self.keys = keys = min(total_keys, -(-visible // KEY_ALIGN) * KEY_ALIGN)
         self.where = (groups, rows, slice(0, keys))
-        self.entries = (groups.stop - groups.start) * (rows.stop - rows.start) * keys
+        self.shape = (groups.stop - groups.start, rows.stop - rows.start, keys)  # of its scores
+        self.entries = math.prod(self.shape)
 
 
 class _ChunkedNoisyAttention(torch.autograd.Function):
@@ -196,24 +197,22 @@ class _ChunkedNoisyAttention(torch.autograd.Function):
                          for c, mask in zip(chunks, visibles))
         keep_scores = tile_bytes <= KEEP_BYTES
         budget = KEEP_BYTES
+        work = None if keep_scores else _Workspace(q, chunks)  # kept scores need their own memory
         ctx.tiles = []
         for index, (c, visible) in enumerate(zip(chunks, visibles)):
             g, rows = c.groups, c.rows
-            s = _scores(q[g, rows], k[g, :c.keys], scale, visible, c)
+            s = _scores(q[g, rows], k[g, :c.keys], scale, visible, c, work)
             if centers is not None:
                 proj[g, rows].baddbmm_(q[g, rows], centers[g].transpose(-1, -2), beta=0, alpha=scale)
             if want_lse:
-                lse[g, rows] = torch.logsumexp(s, -1)
+                lse[g, rows] = _logsumexp(s, work)
             s_real = None
             if want_sq:
-                s_real = _real(s, visible, c)
+                s_real = _real(s, visible, c, work)
                 sq[g, rows] = torch.linalg.vector_norm(s_real, dim=-1).square_()
             noise, keep = sampler.draws(s, index, c.where)
-            if noise is not None:  # z = s + scale * noise, in the noise's buffer
-                z = torch.add(s, noise, alpha=sampler.noise_scale, out=noise)
-            else:
-                z = s
-            weights = _fast_softmax(z, empty_rows)
+            z = s if noise is None else torch.add(s, noise, alpha=sampler.noise_scale, out=noise)
+            weights = _softmax(z, empty_rows, in_place=noise is not None)
             tile = None
             weight_bytes = c.entries * q.element_size() * (1 + (keep is not None))
             if keep_scores:  # everything fits: the backward pass recomputes nothing
@@ -244,21 +243,21 @@ class _ChunkedNoisyAttention(torch.autograd.Function):
         dk_t = k.new_empty(k.shape[0], k.shape[2], k.shape[1])
         dv_t = v.new_empty(v.shape[0], v.shape[2], v.shape[1])
         d_centers = None if d_proj is None or centers is None else torch.zeros_like(centers)
-        lse_safe = torch.where(torch.isfinite(lse), lse, 0.0).unsqueeze(-1) if ctx.want_lse else None
+        work = _Workspace(q, ctx.chunks)
         for index, (c, visible) in enumerate(zip(ctx.chunks, ctx.visibles)):
             g, rows, keys = c.groups, c.rows, slice(0, c.keys)
             q_c, first = q[g, rows], rows.start == 0  # a group's first chunk writes its dk, dv
             s, s_real, weights, keep = tiles[index] or (None, None, None, None)
             tiles[index] = None
             if weights is None or (s is None and need_p) or (s_real is None and need_sq):
-                s = _scores(q_c, k[g, keys], scale, visible, c)
-                s_real = _real(s, visible, c) if ctx.want_sq else None
+                s = _scores(q_c, k[g, keys], scale, visible, c, work)
+                s_real = _real(s, visible, c, work) if ctx.want_sq else None
             if weights is None:  # the forward's noise and dropout again, and the same softmax
                 noise, keep = sampler.draws(s, index, c.where)
                 z = s if noise is None else torch.add(s, noise, alpha=sampler.noise_scale, out=noise)
-                weights = _fast_softmax(z, ctx.empty_rows)
+                weights = _softmax(z, ctx.empty_rows, in_place=noise is not None)
             d_o = d_out[g, rows]
-            d_weights = torch.bmm(d_o, v[g, keys].transpose(-1, -2))
+            d_weights = torch.bmm(d_o, v[g, keys].transpose(-1, -2), out=work.take("d_weights", c))
             if keep is not None:
                 d_weights.mul_(keep)
             kept = weights if keep is None else weights * keep
@@ -271,7 +270,7 @@ class _ChunkedNoisyAttention(torch.autograd.Function):
             if need_sq:
                 d_s[..., :s_real.shape[-1]].addcmul_(s_real, d_sq[g, rows, None], value=2.0)
             if need_p:
-                d_s.addcmul_(s.sub_(lse_safe[g, rows]).exp_(), d_lse[g, rows, None])
+                _add_lse_gradient(d_s, s, lse[g, rows], d_lse[g, rows])
             dq[g, rows].baddbmm_(d_s, k[g, keys], beta=0, alpha=scale)
             if d_centers is not None:  # P_ir = scale q_i . C_r
                 dq[g, rows].baddbmm_(d_proj[g, rows], centers[g], alpha=scale)
@@ -309,12 +308,13 @@ def _plan(q: Tensor, k: Tensor, key_mask: Optional[Tensor], causal: bool) -> lis
     return chunks
 
 
-def _real(s: Tensor, visible: Optional[Tensor], c: _Chunk) -> Tensor:
+def _real(s: Tensor, visible: Optional[Tensor], c: _Chunk, work: Optional["_Workspace"]) -> Tensor:
     """The visible scores: a view of ``s``'s first ``c.visible`` keys when those are all visible
     (read it before ``s`` is changed in place), else a copy with hidden entries at 0."""
     if visible is None:
         return s[..., :c.visible]
-    real = s.masked_fill(~visible, 0.0)
+    real = s.clone() if work is None else work.take("real", c).copy_(s)
+    real.masked_fill_(~visible, 0.0)
     real[..., c.visible:] = 0.0
     return real
 
@@ -343,11 +343,12 @@ def _accumulate(grad_t: Tensor, groups: slice, keys: int, a: Tensor, b: Tensor, 
     grad_t[groups, :, :keys].baddbmm_(a, b, beta=0, alpha=alpha)  # beta=0 ignores the uninitialised entries
 
 
-def _scores(q_c: Tensor, k: Tensor, scale: float, visible: Optional[Tensor], c: _Chunk) -> Tensor:
-    """The chunk's scores ``scale q_c k^T`` with ``-inf`` on hidden keys (added as a ``0 / -inf``
-    bias: the mask has no row dimension, so this is cheaper than a masked fill) and on the
-    alignment keys after ``c.visible``."""
-    s = q_c.new_empty(q_c.shape[:-1] + k.shape[-2:-1])
+def _scores(q_c: Tensor, k: Tensor, scale: float, visible: Optional[Tensor], c: _Chunk,
+            work: Optional["_Workspace"]) -> Tensor:
+    """The chunk's scores ``scale q_c k^T`` (in ``work``'s buffer, or a new tensor without one) with
+    ``-inf`` on hidden keys (added as a ``0 / -inf`` bias: the mask has no row dimension, so this
+    is cheaper than a masked fill) and on the alignment keys after ``c.visible``."""
+    s = q_c.new_empty(q_c.shape[:-1] + k.shape[-2:-1]) if work is None else work.take("scores", c)
     s.baddbmm_(q_c, k.transpose(-1, -2), beta=0, alpha=scale)
     if visible is not None:
         s.add_(torch.zeros(visible.shape, dtype=s.dtype, device=s.device).masked_fill_(~visible, float("-inf")))
@@ -356,10 +357,56 @@ def _scores(q_c: Tensor, k: Tensor, scale: float, visible: Optional[Tensor], c: 
     return s
 
 
-def _fast_softmax(z: Tensor, empty_rows: bool) -> Tensor:
-    """``torch.softmax`` (one fused pass), with zeros instead of NaN on rows without keys."""
-    weights = torch.softmax(z, -1)
+def _softmax(z: Tensor, empty_rows: bool, in_place: bool) -> Tensor:
+    """``softmax(z)`` over the last dimension (one fused pass; into ``z`` itself when ``in_place``),
+    with zeros instead of NaN on rows without keys."""
+    weights = torch.ops.aten._softmax.out(z, -1, False, out=z) if in_place else torch.softmax(z, -1)
     return weights.nan_to_num_(0.0) if empty_rows else weights
+
+
+def _logsumexp(s: Tensor, work: Optional["_Workspace"]) -> Tensor:
+    """``log sum_j exp(s_ij)`` over the last dimension (``-inf`` on rows without a finite score).
+
+    Unshifted, ``log sum_j exp(s_ij)`` (two passes, the ``exp`` in ``work``'s buffer) where the
+    sum lies within ``[1e-20, 1e30]``: there no ``exp`` overflows, and the terms that underflow
+    weigh less than ``1e-14`` of it; the other rows (and rows without keys) take
+    ``torch.logsumexp``'s shifted form (which makes a max pass and a copy of ``s``)."""
+    total = (torch.exp(s) if work is None else torch.exp(s, out=work.take("exp", s))).sum(-1)
+    odd = (total < 1e-20) | ~(total <= 1e30)
+    lse = total.log_()
+    if bool(odd.any()):
+        lse[odd] = torch.logsumexp(s[odd], -1)
+    return lse
+
+
+def _add_lse_gradient(d_s: Tensor, s: Tensor, lse: Tensor, d_lse: Tensor) -> None:
+    """``d_s += d_lse_i p_ij``, ``p_ij = exp(s_ij - LSE_i) = d LSE_i / d s_ij``, in place of ``s``.
+
+    While every finite ``LSE_i`` is within ``[-40, 40]`` (``s_ij <= LSE_i``: ``exp(s_ij)`` does not
+    overflow) this is ``exp(s_ij) (d_lse_i exp(-LSE_i))``, a pass fewer than the shifted form."""
+    finite = torch.isfinite(lse)
+    if bool((lse.abs() <= 40).logical_or_(~finite).all()):
+        d_s.addcmul_(s.exp_(), torch.where(finite, d_lse * torch.exp(-lse), 0.0).unsqueeze(-1))
+    else:
+        d_s.addcmul_(s.sub_(torch.where(finite, lse, 0.0).unsqueeze(-1)).exp_(), d_lse.unsqueeze(-1))
+
+
+class _Workspace:
+    """Scratch buffers of one pass, each the size of its largest chunk and reused by every chunk.
+
+    A new tensor per chunk costs the page faults of its first write (about 1 ns per entry on
+    the machine of the README's CPU table, as much as one of the chunk's matrix products)."""
+
+    def __init__(self, like: Tensor, chunks: list):
+        self.like, self.entries, self.buffers = like, max(c.entries for c in chunks), {}
+
+    def take(self, name: str, like) -> Tensor:
+        """The buffer ``name`` viewed in the shape of ``like`` (a tensor, or a chunk: its scores)."""
+        shape = like.shape
+        buffer = self.buffers.get(name)
+        if buffer is None:
+            buffer = self.buffers[name] = self.like.new_empty(self.entries)
+        return buffer[:math.prod(shape)].view(shape)
 
 
 def dense_bam_attention(

@@ -1,4 +1,6 @@
 """Dense BAM attention by query chunks (common.attention.dense_bam) against the materialised path."""
+import copy
+
 import pytest
 import torch
 
@@ -81,6 +83,46 @@ def test_fused_equals_materialised_under_the_same_noise(case, keep, monkeypatch)
     torch.testing.assert_close(kl, ref_kl, rtol=1e-5, atol=1e-5)
     for got, want in zip(_loss_grads(norm, out, kl, (q, k, v)), _loss_grads(norm, ref_out, ref_kl, (q, k, v))):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def _extreme_inputs():
+    """``_inputs`` in float64 with each row's scores near ``level * (1 +- 0.1)``: +-100 (past exp's float32
+    range: the sum of exp overflows, or every term is below 1e-34), +-50 (an LSE past the
+    +-40 of the unshifted gradient), and two ordinary levels."""
+    q, k, v, mask, noise = _inputs(torch.float64)
+    g = torch.Generator().manual_seed(1)
+    base = torch.randn(D, generator=g, dtype=torch.float64)
+    level = torch.tensor([100.0, -100.0, 50.0, -50.0, 0.5, -3.0], dtype=torch.float64)
+    with torch.no_grad():
+        k.copy_(base + 0.1 * base.norm() * torch.randn(B, H, K, D, generator=g, dtype=torch.float64) / D**0.5)
+        q.copy_(level[:, None] * base / base.square().sum() * D**0.5)
+    return q, k, v, mask, noise
+
+
+@pytest.mark.parametrize("name", ["bam-wc", "bam-lc"])
+@pytest.mark.parametrize("keep", ["all", "none"])
+def test_scores_beyond_the_range_of_exp_take_the_shifted_forms(name, keep, monkeypatch):
+    """Rows whose scores lie near +-100 or +-50 give the materialised output, KL and gradients:
+    exactly in float64 (the same branches are taken), and finite and close in float32."""
+    monkeypatch.setattr(dense_bam, "KEEP_BYTES", KEEP[keep])
+    norm = attention.build(name, key_dim=D, k=4.0, sigma=0.5).train()
+    norm64 = copy.deepcopy(norm).double()
+    q, k, v, mask, noise = _extreme_inputs()
+    out, kl = _fused(norm64, q, k, v, mask, False, noise)
+    ref = _materialised(norm64, q, k, v, mask, False, noise)
+    ref_grads = _loss_grads(norm64, *ref, (q, k, v))
+    torch.testing.assert_close((out, kl), ref, rtol=1e-9, atol=1e-9)
+    for got, want in zip(_loss_grads(norm64, out, kl, (q, k, v)), ref_grads):
+        torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-9)
+
+    q, k, v = (x.detach().float().requires_grad_() for x in (q, k, v))
+    scores = q @ k.transpose(-1, -2) * D**-0.5
+    assert scores[0, :, 0].min() > 80 and scores[0, :, 1].max() < -80
+    out, kl = _fused(norm, q, k, v, mask, False, noise.float())
+    torch.testing.assert_close((out.double(), kl.double()), ref, rtol=1e-4, atol=1e-4)
+    for got, want in zip(_loss_grads(norm, out, kl, (q, k, v)), ref_grads):
+        assert torch.isfinite(got).all()
+        torch.testing.assert_close(got.double(), want, rtol=1e-3, atol=1e-3)
 
 
 def test_chunks_group_heads_by_padding_and_skip_it(monkeypatch):
