@@ -43,11 +43,15 @@ from .kernels import use_triton
 #: Score entries per chunk: 4 MiB of float32, which stays in the cache while a chunk's
 #: elementwise passes run over it and still makes batched matrix products of whole heads.
 CHUNK_ELEMENTS = 1 << 20
-#: The forward pass keeps the chunks' scores and weights for the backward pass while they
-#: take at most this many bytes (short sequences); past that it keeps the weights of the first
-#: chunks while they fit, and the backward pass recomputes the rest, noise included. Set it
-#: to 0 for the least memory (every tile recomputed).
+#: The forward pass keeps the weights of the first chunks for the backward pass while they take
+#: at most this many bytes; the backward pass recomputes the rest, noise included. Set it to 0
+#: for the least memory (every tile recomputed).
 KEEP_BYTES = 256 << 20
+#: While every chunk's scores and weights take at most this many bytes (and ``KEEP_BYTES``), the
+#: scores are kept too, so the backward pass recomputes nothing (short sequences, whose small
+#: score products run slowly). Past it the scores go to scratch buffers and the backward pass
+#: recomputes them: a matrix product costs about what the first write to new memory does.
+KEEP_SCORES_BYTES = 64 << 20
 #: A chunk's key count is rounded up to a multiple of this many (see :class:`_Chunk`).
 KEY_ALIGN = 16
 _SEED_STRIDE = 0x9E3779B97F4A7C15
@@ -175,10 +179,10 @@ class _ChunkedNoisyAttention(torch.autograd.Function):
     per-key weights ``key_weights [G, m, K]`` (or None), taken while a chunk's queries are at
     hand; their gradients go to the chunk's ``dq`` and, at the end, to ``dk``.
 
-    While every chunk's scores and weights fit in :data:`KEEP_BYTES` they are kept for the
-    backward pass; beyond that the weights of the first chunks are kept while they fit and the
-    backward pass recomputes the others, noise included (the same ``softmax`` of the same
-    ``z``, so the weights are bit for bit the forward's).
+    While every chunk's scores and weights fit in :data:`KEEP_SCORES_BYTES` they are kept for the
+    backward pass; beyond that the weights of the first chunks are kept while they fit in
+    :data:`KEEP_BYTES`, and the backward pass recomputes the scores, and the others' weights with
+    their noise (the same ``softmax`` of the same ``z``, so the weights are bit for bit the forward's).
     """
 
     @staticmethod
@@ -195,7 +199,7 @@ class _ChunkedNoisyAttention(torch.autograd.Function):
         tile_bytes = sum(c.entries * q.element_size()
                          * (1 + want_lse + bool(sampler.dropout) + (want_sq and mask is not None))
                          for c, mask in zip(chunks, visibles))
-        keep_scores = tile_bytes <= KEEP_BYTES
+        keep_scores = tile_bytes <= min(KEEP_SCORES_BYTES, KEEP_BYTES)
         budget = KEEP_BYTES
         work = None if keep_scores else _Workspace(q, chunks)  # kept scores need their own memory
         ctx.tiles = []
