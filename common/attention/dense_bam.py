@@ -214,9 +214,7 @@ class _ChunkedNoisyAttention(torch.autograd.Function):
             if want_sq:
                 s_real = _real(s, visible, c, work)
                 sq[g, rows] = torch.linalg.vector_norm(s_real, dim=-1).square_()
-            noise, keep = sampler.draws(s, index, c.where)
-            z = s if noise is None else torch.add(s, noise, alpha=sampler.noise_scale, out=noise)
-            weights = _softmax(z, empty_rows, in_place=noise is not None)
+            weights, keep = _sample(sampler, s, index, c, empty_rows)
             tile = None
             weight_bytes = c.entries * q.element_size() * (1 + (keep is not None))
             if keep_scores:  # everything fits: the backward pass recomputes nothing
@@ -257,9 +255,7 @@ class _ChunkedNoisyAttention(torch.autograd.Function):
                 s = _scores(q_c, k[g, keys], scale, visible, c, work)
                 s_real = _real(s, visible, c, work) if ctx.want_sq else None
             if weights is None:  # the forward's noise and dropout again, and the same softmax
-                noise, keep = sampler.draws(s, index, c.where)
-                z = s if noise is None else torch.add(s, noise, alpha=sampler.noise_scale, out=noise)
-                weights = _softmax(z, ctx.empty_rows, in_place=noise is not None)
+                weights, keep = _sample(sampler, s, index, c, ctx.empty_rows)
             d_o = d_out[g, rows]
             d_weights = torch.bmm(d_o, v[g, keys].transpose(-1, -2), out=work.take("d_weights", c))
             if keep is not None:
@@ -361,6 +357,14 @@ def _scores(q_c: Tensor, k: Tensor, scale: float, visible: Optional[Tensor], c: 
     return s
 
 
+def _sample(sampler: Sampler, s: Tensor, index: int, c: _Chunk, empty_rows: bool) -> tuple:
+    """Chunk ``index``'s weights ``softmax(s + noise_scale * noise)`` (in the noise's buffer; a new
+    tensor without noise) and its dropout scale (or None), both drawn by ``sampler``."""
+    noise, keep = sampler.draws(s, index, c.where)
+    z = s if noise is None else torch.add(s, noise, alpha=sampler.noise_scale, out=noise)
+    return _softmax(z, empty_rows, in_place=noise is not None), keep
+
+
 def _softmax(z: Tensor, empty_rows: bool, in_place: bool) -> Tensor:
     """``softmax(z)`` over the last dimension (one fused pass; into ``z`` itself when ``in_place``),
     with zeros instead of NaN on rows without keys."""
@@ -399,7 +403,7 @@ class _Workspace:
     """Scratch buffers of one pass, each the size of its largest chunk and reused by every chunk.
 
     A new tensor per chunk costs the page faults of its first write (about 1 ns per entry on
-    the machine of the README's CPU table, as much as one of the chunk's matrix products)."""
+    the Intel Xeon of the README, as much as one of the chunk's matrix products)."""
 
     def __init__(self, like: Tensor, chunks: list):
         self.like, self.entries, self.buffers = like, max(c.entries for c in chunks), {}
