@@ -9,12 +9,18 @@ processed, the backward pass recomputes them (it draws the same noise again), an
 memory kept between the passes is ``O(L)``: ``q, k, v``, the output and two numbers per
 query. The KL comes from per-query statistics (:mod:`common.attention.bam_stats`).
 
-The noise of a chunk comes from generators seeded with ``(seed, chunk)`` (:class:`_Stream`:
-numpy's PCG64DXSM words for the uniforms and the Box-Muller normals on CPU), the seed
-drawn from torch's default generator at each call, so ``torch.manual_seed`` makes runs
-repeatable. Dropout on the weights (``Attend``'s ``dropout``) draws its mask from the same
-stream. ``noise=`` takes an explicit standard log-noise tensor instead (tests compare the
-chunked path with the materialised one under the same noise).
+On CPU in float32 the elementwise work of a chunk's rows (the noise, the softmax, dropout, the
+KL's row statistics, and in the backward pass the softmax and log-sum-exp gradients) is done by
+the fused C kernels of :mod:`common.attention.kernels.cpu_bam`, compiled on first use; their
+noise comes from Philox4x32-10 keyed by ``(seed, head, query, key)``, so it does not depend on
+the chunking. Without a C compiler (or with ``ATTN_CPU_KERNELS=0``), and in float64, the chunks
+use PyTorch's operators, with noise from generators seeded with ``(seed, chunk)``
+(:class:`_Stream`: numpy's PCG64DXSM words for the uniforms and the Box-Muller normals). The
+seed is drawn from torch's default generator at each call, so ``torch.manual_seed`` makes runs
+repeatable (on one machine: the two CPU paths draw different noise). Dropout on the weights
+(``Attend``'s ``dropout``) draws its mask from the same generators. ``noise=`` takes an explicit
+standard log-noise tensor instead (tests compare the chunked path with the materialised one
+under the same noise).
 
 Where :func:`~common.attention.kernels.use_triton` says so (CUDA tensors), the Triton kernels
 of :mod:`common.attention.kernels.dense_bam` do the same work in one flash-style pass, with
@@ -38,7 +44,7 @@ from .aux import add_aux_loss, collecting
 from .bam import BAM
 from .bam_stats import dense_kl, needs_square_sums, projection_weights, supports
 from .functional import log_weibull_
-from .kernels import use_triton
+from .kernels import cpu_bam, use_triton
 
 #: Score entries per chunk: 4 MiB of float32, which stays in the cache while a chunk's
 #: elementwise passes run over it and still makes batched matrix products of whole heads.
@@ -65,6 +71,21 @@ class Sampler:
                  noise: Optional[Tensor] = None):
         self.posterior, self.noise_scale, self.dropout = posterior, noise_scale, dropout
         self.seed, self.noise = seed, noise
+
+    def fused(self, like: Tensor) -> bool:
+        """Whether the fused CPU kernels (:mod:`~common.attention.kernels.cpu_bam`) draw the noise
+        of ``like``'s chunks: float32 CPU tensors without explicit noise, where the kernels build."""
+        return self.noise is None and like.device.type == "cpu" and like.dtype == torch.float32 and cpu_bam.available()
+
+    def sample_fused(self, s: Tensor, c: "_Chunk", weights: Tensor, keep: Optional[Tensor],
+                     lse: Optional[Tensor] = None, sq: Optional[Tensor] = None) -> None:
+        """:func:`~common.attention.kernels.cpu_bam.sample` of chunk ``c``'s scores ``s`` into
+        ``weights`` (and ``keep``, ``lse``, ``sq``); the noise is keyed by the chunk's heads and queries."""
+        kind = cpu_bam.NOISE_NONE
+        if self.noise_scale:
+            kind = cpu_bam.NOISE_WEIBULL if self.posterior == "weibull" else cpu_bam.NOISE_NORMAL
+        cpu_bam.sample(s, weights, self.seed, c.groups.start, c.rows.start, kind, self.noise_scale,
+                       keep=keep, dropout=self.dropout, lse=lse, sq=sq)
 
     def draws(self, like: Tensor, chunk: int, where: tuple):
         """The chunk's standard log-noise (or None; scale it by ``noise_scale``) and dropout
@@ -193,11 +214,13 @@ class _ChunkedNoisyAttention(torch.autograd.Function):
         lse = q.new_full(q.shape[:-1] if want_lse else (0,), float("-inf"))
         sq = q.new_zeros(q.shape[:-1] if want_sq else (0,))
         empty_rows = key_mask is not None and (causal or not bool(key_mask.any(-1).all()))
+        fused = sampler.fused(q)
         chunks = _plan(q, k, key_mask, causal)
         visibles = [_visible(key_mask, causal, c) for c in chunks]
         # a tile's weights, scores (for the KL), dropout mask, and its visible scores when they are a copy
+        scores_kept = (want_lse or want_sq) if fused else want_lse
         tile_bytes = sum(c.entries * q.element_size()
-                         * (1 + want_lse + bool(sampler.dropout) + (want_sq and mask is not None))
+                         * (1 + scores_kept + bool(sampler.dropout) + (not fused and want_sq and mask is not None))
                          for c, mask in zip(chunks, visibles))
         keep_scores = tile_bytes <= min(KEEP_SCORES_BYTES, KEEP_BYTES)
         budget = KEEP_BYTES
@@ -208,25 +231,32 @@ class _ChunkedNoisyAttention(torch.autograd.Function):
             s = _scores(q[g, rows], k[g, :c.keys], scale, visible, c, work)
             if centers is not None:
                 proj[g, rows].baddbmm_(q[g, rows], centers[g].transpose(-1, -2), beta=0, alpha=scale)
-            if want_lse:
-                lse[g, rows] = _logsumexp(s, work)
-            s_real = None
-            if want_sq:
-                s_real = _real(s, visible, c, work)
-                sq[g, rows] = torch.linalg.vector_norm(s_real, dim=-1).square_()
-            weights, keep = _sample(sampler, s, index, c, empty_rows)
-            tile = None
-            weight_bytes = c.entries * q.element_size() * (1 + (keep is not None))
-            if keep_scores:  # everything fits: the backward pass recomputes nothing
-                tile = (s if want_lse else None, s_real, weights, keep)
-            elif budget >= weight_bytes:
-                tile = (None, None, weights, keep)  # the weights while they fit: no noise to redraw
+            weight_bytes = c.entries * q.element_size() * (1 + bool(sampler.dropout))
+            kept = keep_scores or budget >= weight_bytes  # the weights stay for the backward pass
+            if kept and not keep_scores:
                 budget -= weight_bytes
+            s_real = None
+            if fused:  # noise, softmax, dropout, LSE and S2 in one visit of each row
+                weights, keep = _fused_buffers(sampler, c, None if kept else work)
+                sampler.sample_fused(s, c, weights, keep, lse[g, rows] if want_lse else None,
+                                     sq[g, rows] if want_sq else None)
+            else:
+                if want_lse:
+                    lse[g, rows] = _logsumexp(s, work)
+                if want_sq:
+                    s_real = _real(s, visible, c, work)
+                    sq[g, rows] = torch.linalg.vector_norm(s_real, dim=-1).square_()
+                weights, keep = _sample(sampler, s, index, c, empty_rows)
+            tile = None
+            if keep_scores:  # everything fits: the backward pass recomputes nothing
+                tile = (s if scores_kept else None, s_real, weights, keep)
+            elif kept:
+                tile = (None, None, weights, keep)  # the weights while they fit: no noise to redraw
             ctx.tiles.append(tile)
-            torch.bmm(weights if keep is None else weights * keep, v[g, :c.keys], out=out[g, rows])
+            torch.bmm(_dropped(weights, keep, c, work), v[g, :c.keys], out=out[g, rows])
         ctx.save_for_backward(q, k, v, lse, out, key_weights, centers)
         ctx.scale, ctx.sampler, ctx.chunks, ctx.visibles = scale, sampler, chunks, visibles
-        ctx.want_lse, ctx.want_sq, ctx.empty_rows = want_lse, want_sq, empty_rows
+        ctx.want_lse, ctx.want_sq, ctx.empty_rows, ctx.fused = want_lse, want_sq, empty_rows, fused
         ctx.mark_non_differentiable(*(() if want_lse else (lse,)), *(() if want_sq else (sq,)),
                                     *(() if centers is not None else (proj,)))
         return out, lse, sq, proj
@@ -239,6 +269,9 @@ class _ChunkedNoisyAttention(torch.autograd.Function):
         d_out = d_out.contiguous()
         need_p = ctx.want_lse and d_lse is not None
         need_sq = ctx.want_sq and d_sq is not None
+        fused = ctx.fused
+        need_s = need_p or (fused and need_sq)  # the fused gradient takes S2's from s itself
+        d_lse, d_sq = (None if x is None else x.contiguous() for x in (d_lse, d_sq))
         dq = torch.empty_like(q)
         # dk and dv are accumulated transposed, [G, d, K]: a product with a transposed
         # [rows x d] factor is markedly faster than one with a transposed [rows x K] factor
@@ -251,26 +284,34 @@ class _ChunkedNoisyAttention(torch.autograd.Function):
             q_c, first = q[g, rows], rows.start == 0  # a group's first chunk writes its dk, dv
             s, s_real, weights, keep = tiles[index] or (None, None, None, None)
             tiles[index] = None
-            if weights is None or (s is None and need_p) or (s_real is None and need_sq):
+            if weights is None or (s is None and need_s) or (not fused and s_real is None and need_sq):
                 s = _scores(q_c, k[g, keys], scale, visible, c, work)
-                s_real = _real(s, visible, c, work) if ctx.want_sq else None
-            if weights is None:  # the forward's noise and dropout again, and the same softmax
+                s_real = _real(s, visible, c, work) if ctx.want_sq and not fused else None
+            if weights is None and fused:  # the forward's noise and dropout again, and the same softmax
+                weights, keep = _fused_buffers(sampler, c, work)
+                sampler.sample_fused(s, c, weights, keep)
+            elif weights is None:
                 weights, keep = _sample(sampler, s, index, c, ctx.empty_rows)
             d_o = d_out[g, rows]
             d_weights = torch.bmm(d_o, v[g, keys].transpose(-1, -2), out=work.take("d_weights", c))
-            if keep is not None:
-                d_weights.mul_(keep)
-            kept = weights if keep is None else weights * keep
-            _accumulate(dv_t, g, c.keys, d_o.transpose(-1, -2).contiguous(), kept, first)
+            _accumulate(dv_t, g, c.keys, d_o.transpose(-1, -2).contiguous(), _dropped(weights, keep, c, work), first)
             # sum_j W_ij dW_ij = dO_i . O_i (W includes the dropout mask): the flash-attention identity
             d_norm = (d_o * out[g, rows]).sum(-1, keepdim=True)
-            d_s = d_weights.sub_(d_norm).mul_(weights)
-            # d S2_i / d s_ij = 2 s_ij and d LSE_i / d s_ij = p_ij = exp(s_ij - LSE_i), in this
-            # order: s_real may be a view of s, which p overwrites
-            if need_sq:
-                d_s[..., :s_real.shape[-1]].addcmul_(s_real, d_sq[g, rows, None], value=2.0)
-            if need_p:
-                _add_lse_gradient(d_s, s, lse[g, rows], d_lse[g, rows])
+            if fused:
+                d_s = d_weights
+                cpu_bam.grad(d_s, weights, keep, d_norm.squeeze(-1), s if need_s else None,
+                             lse[g, rows] if need_p else None, d_lse[g, rows] if need_p else None,
+                             d_sq[g, rows] if need_sq else None)
+            else:
+                if keep is not None:
+                    d_weights.mul_(keep)
+                d_s = d_weights.sub_(d_norm).mul_(weights)
+                # d S2_i / d s_ij = 2 s_ij and d LSE_i / d s_ij = p_ij = exp(s_ij - LSE_i), in this
+                # order: s_real may be a view of s, which p overwrites
+                if need_sq:
+                    d_s[..., :s_real.shape[-1]].addcmul_(s_real, d_sq[g, rows, None], value=2.0)
+                if need_p:
+                    _add_lse_gradient(d_s, s, lse[g, rows], d_lse[g, rows])
             dq[g, rows].baddbmm_(d_s, k[g, keys], beta=0, alpha=scale)
             if d_centers is not None:  # P_ir = scale q_i . C_r
                 dq[g, rows].baddbmm_(d_proj[g, rows], centers[g], alpha=scale)
@@ -363,6 +404,21 @@ def _sample(sampler: Sampler, s: Tensor, index: int, c: _Chunk, empty_rows: bool
     noise, keep = sampler.draws(s, index, c.where)
     z = s if noise is None else torch.add(s, noise, alpha=sampler.noise_scale, out=noise)
     return _softmax(z, empty_rows, in_place=noise is not None), keep
+
+
+def _fused_buffers(sampler: Sampler, c: _Chunk, work: Optional["_Workspace"]) -> tuple:
+    """Chunk ``c``'s float32 weights and dropout scale (None without dropout) for the fused
+    kernel: in ``work``'s buffers, or new tensors (kept for the backward pass) without one."""
+    def buffer(name: str) -> Tensor:
+        return torch.empty(c.shape, dtype=torch.float32) if work is None else work.take(name, c)
+    return buffer("weights"), buffer("keep") if sampler.dropout else None
+
+
+def _dropped(weights: Tensor, keep: Optional[Tensor], c: _Chunk, work: Optional["_Workspace"]) -> Tensor:
+    """The weights with dropout applied, ``weights * keep`` (``weights`` itself without dropout)."""
+    if keep is None:
+        return weights
+    return torch.mul(weights, keep, out=work.take("dropped", c)) if work is not None else weights * keep
 
 
 def _softmax(z: Tensor, empty_rows: bool, in_place: bool) -> Tensor:

@@ -1,0 +1,232 @@
+/* Fused row kernels of dense BAM attention on the CPU (common/attention/kernels/cpu_bam.py).
+ *
+ * bam_sample: for each score row s_i of a chunk, in one visit of the row,
+ *     z_ij = s_ij + noise_scale * n_ij,   w_i = softmax(z_i),
+ *     LSE_i = log sum_j exp(s_ij),   S2_i = sum_j s_ij^2 (over the finite s_ij),
+ * with the standard log-noise n_ij (log(-log u), Weibull; or N(0, 1), Lognormal) and the
+ * dropout scale drawn from Philox4x32-10 (Salmon et al., 2011; the generator of Triton's
+ * tl.randint4x) keyed by the 64-bit seed, counter (j / 4, query, group, stream): one call gives the
+ * words of four adjacent keys, so a sample depends on (seed, group, query, key) only.
+ *
+ * bam_grad: d_s_ij = (d_w_ij keep_ij - d_norm_i) w_ij + d_lse_i exp(s_ij - LSE_i) + 2 d_sq_i s_ij
+ * (the last term only where s_ij is finite), in place of d_w.
+ *
+ * Rows are [n_groups x n_rows] of `cols` floats, contiguous; `row_begin`/`row_end` select the
+ * flat rows one call handles (the caller splits them over threads). Masked keys are -inf in s:
+ * they get exactly zero weight; a row without a finite score gets zero weights and LSE = -inf.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__GLIBC__)
+/* glibc's vector math library (libmvec): lets the loops below call 8-wide logf/expf/sinf/cosf */
+float logf(float) __attribute__((__simd__("notinbranch")));
+float expf(float) __attribute__((__simd__("notinbranch")));
+float sinf(float) __attribute__((__simd__("notinbranch")));
+float cosf(float) __attribute__((__simd__("notinbranch")));
+#endif
+
+#define NOISE_NONE 0
+#define NOISE_WEIBULL 1
+#define NOISE_NORMAL 2
+#define STREAM_NOISE 0u
+#define STREAM_DROPOUT 1u
+#define BLOCK 256 /* keys per inner block: its words stay in the L1 cache */
+
+/* Philox4x32-10 of counter (c0, c1, c2, c3) and key (k0, k1): out[0..3] */
+static inline void philox(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3, uint32_t k0, uint32_t k1,
+                          uint32_t *o0, uint32_t *o1, uint32_t *o2, uint32_t *o3) {
+    for (int r = 0; r < 10; ++r) {
+        const uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;
+        c0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0;
+        c2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
+        c1 = (uint32_t)p1;
+        c3 = (uint32_t)p0;
+        k0 += 0x9E3779B9u;
+        k1 += 0xBB67AE85u;
+    }
+    *o0 = c0; *o1 = c1; *o2 = c2; *o3 = c3;
+}
+
+#if defined(__AVX2__)
+#include <immintrin.h>
+
+/* 32-bit a * m of eight lanes: the high and the low halves */
+static inline void mulhilo8(__m256i a, __m256i m, __m256i *hi, __m256i *lo) {
+    const __m256i even = _mm256_mul_epu32(a, m), odd = _mm256_mul_epu32(_mm256_srli_epi64(a, 32), m);
+    *hi = _mm256_blend_epi32(_mm256_srli_epi64(even, 32), odd, 0xAA);
+    *lo = _mm256_blend_epi32(even, _mm256_slli_epi64(odd, 32), 0xAA);
+}
+
+/* philox() of counters (b0 + b, c1, c2, c3), b < nb (a multiple of 16), two vectors at a time
+ * (their multiplies overlap): word l of counter b at lane[l][b] */
+static void philox_lanes(uint32_t (*lane)[BLOCK / 4], int64_t nb, uint32_t b0, uint32_t c1, uint32_t c2,
+                         uint32_t c3, uint32_t k0, uint32_t k1) {
+    const __m256i A = _mm256_set1_epi32((int)0xD2511F53u), B = _mm256_set1_epi32((int)0xCD9E8D57u);
+    const __m256i step = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    for (int64_t b = 0; b < nb; b += 16) {
+        __m256i x0[2], x1[2], x2[2], x3[2];
+        for (int v = 0; v < 2; ++v) {
+            x0[v] = _mm256_add_epi32(_mm256_set1_epi32((int)(b0 + (uint32_t)b + 8 * v)), step);
+            x1[v] = _mm256_set1_epi32((int)c1);
+            x2[v] = _mm256_set1_epi32((int)c2);
+            x3[v] = _mm256_set1_epi32((int)c3);
+        }
+        uint32_t key0 = k0, key1 = k1;
+        for (int r = 0; r < 10; ++r) {
+            const __m256i K0 = _mm256_set1_epi32((int)key0), K1 = _mm256_set1_epi32((int)key1);
+            for (int v = 0; v < 2; ++v) {
+                __m256i hi0, lo0, hi1, lo1;
+                mulhilo8(x0[v], A, &hi0, &lo0);
+                mulhilo8(x2[v], B, &hi1, &lo1);
+                x0[v] = _mm256_xor_si256(_mm256_xor_si256(hi1, x1[v]), K0);
+                x2[v] = _mm256_xor_si256(_mm256_xor_si256(hi0, x3[v]), K1);
+                x1[v] = lo1;
+                x3[v] = lo0;
+            }
+            key0 += 0x9E3779B9u;
+            key1 += 0xBB67AE85u;
+        }
+        for (int v = 0; v < 2; ++v) {
+            _mm256_storeu_si256((__m256i *)&lane[0][b + 8 * v], x0[v]);
+            _mm256_storeu_si256((__m256i *)&lane[1][b + 8 * v], x1[v]);
+            _mm256_storeu_si256((__m256i *)&lane[2][b + 8 * v], x2[v]);
+            _mm256_storeu_si256((__m256i *)&lane[3][b + 8 * v], x3[v]);
+        }
+    }
+}
+#else
+static void philox_lanes(uint32_t (*lane)[BLOCK / 4], int64_t nb, uint32_t b0, uint32_t c1, uint32_t c2,
+                         uint32_t c3, uint32_t k0, uint32_t k1) {
+#pragma omp simd
+    for (int64_t b = 0; b < nb; ++b)
+        philox(b0 + (uint32_t)b, c1, c2, c3, k0, k1, &lane[0][b], &lane[1][b], &lane[2][b], &lane[3][b]);
+}
+#endif
+
+/* the words of keys [j0, j0 + 4 nq) of row (group, query) in `stream`: word j % 4 of counter
+ * (j / 4, query, group, stream) for key j, at words[j - j0] (j0 a multiple of 4) */
+static void row_words(uint32_t *words, int64_t j0, int64_t nq, uint64_t seed, uint32_t query, uint32_t group,
+                      uint32_t stream) {
+    uint32_t lane[4][BLOCK / 4];
+    philox_lanes(lane, (nq + 15) & ~(int64_t)15, (uint32_t)(j0 >> 2), query, group, stream, (uint32_t)seed,
+                 (uint32_t)(seed >> 32));
+    for (int64_t b = 0; b < nq; ++b)
+        for (int l = 0; l < 4; ++l) words[4 * b + l] = lane[l][b];
+}
+
+/* u = (m + 1/2) 2^-23 in the open interval (0, 1), m the word's top 23 bits */
+static inline float open_uniform(uint32_t w) { return ((float)(w >> 9) + 0.5f) * 0x1p-23f; }
+
+/* the standard log-noise of `n` keys (n a multiple of 4) from their words, into `out` */
+static void log_noise(float *out, const uint32_t *words, int64_t n, int kind) {
+    if (kind == NOISE_WEIBULL) {
+#pragma omp simd
+        for (int64_t j = 0; j < n; ++j) out[j] = logf(-logf(open_uniform(words[j])));
+        return;
+    }
+    /* Box-Muller on the word pairs (2p, 2p + 1): radius sqrt(-2 log u1), angle 2 pi u2; cos and
+     * sin in separate loops (in one, the compiler merges them into a sincosf it cannot vectorize) */
+    float radius[BLOCK / 2], angle[BLOCK / 2];
+#pragma omp simd
+    for (int64_t p = 0; p < n / 2; ++p) {
+        radius[p] = sqrtf(-2.0f * logf(open_uniform(words[2 * p])));
+        angle[p] = 6.2831853071795864f * open_uniform(words[2 * p + 1]);
+    }
+#pragma omp simd
+    for (int64_t p = 0; p < n / 2; ++p) out[2 * p] = radius[p] * cosf(angle[p]);
+#pragma omp simd
+    for (int64_t p = 0; p < n / 2; ++p) out[2 * p + 1] = radius[p] * sinf(angle[p]);
+}
+
+void bam_sample(const float *s, float *w, float *keep, float *lse, float *sq, int64_t n_rows, int64_t cols,
+                int64_t g0, int64_t r0, int64_t row_begin, int64_t row_end, uint64_t seed, int kind,
+                float noise_scale, uint32_t drop_threshold, float drop_scale, int want_softmax) {
+    uint32_t words[BLOCK];
+    float noise[BLOCK];
+    for (int64_t row = row_begin; row < row_end; ++row) {
+        const float *si = s + row * cols;
+        float *wi = w + row * cols, *ki = keep ? keep + row * cols : 0;
+        const uint32_t group = (uint32_t)(g0 + row / n_rows), query = (uint32_t)(r0 + row % n_rows);
+        float z_max = -INFINITY, s_max = -INFINITY;
+        for (int64_t j0 = 0; j0 < cols; j0 += BLOCK) {
+            const int64_t n = cols - j0 < BLOCK ? cols - j0 : BLOCK, n4 = (n + 3) & ~(int64_t)3;
+            if (kind != NOISE_NONE) {
+                row_words(words, j0, n4 / 4, seed, query, group, STREAM_NOISE);
+                log_noise(noise, words, n4, kind);
+            } else {
+                memset(noise, 0, sizeof(float) * n4);
+            }
+#pragma omp simd reduction(max : z_max, s_max)
+            for (int64_t j = 0; j < n; ++j) {
+                float z = si[j0 + j] + noise_scale * noise[j];
+                wi[j0 + j] = z;
+                z_max = z > z_max ? z : z_max;
+                s_max = si[j0 + j] > s_max ? si[j0 + j] : s_max;
+            }
+            if (ki) {
+                row_words(words, j0, n4 / 4, seed, query, group, STREAM_DROPOUT);
+#pragma omp simd
+                for (int64_t j = 0; j < n; ++j)
+                    ki[j0 + j] = (words[j] & 0xFFFFFFu) >= drop_threshold ? drop_scale : 0.0f;
+            }
+        }
+        if (lse) {
+            float total = 0.0f;
+            if (s_max > -INFINITY) {
+#pragma omp simd reduction(+ : total)
+                for (int64_t j = 0; j < cols; ++j) total += expf(si[j] - s_max);
+            }
+            lse[row] = s_max > -INFINITY ? s_max + logf(total) : -INFINITY;
+        }
+        if (sq) {
+            float total = 0.0f;
+#pragma omp simd reduction(+ : total)
+            for (int64_t j = 0; j < cols; ++j) total += si[j] > -INFINITY ? si[j] * si[j] : 0.0f;
+            sq[row] = total;
+        }
+        if (!want_softmax) continue;
+        if (!(z_max > -INFINITY)) { /* no visible key: zero weights */
+            memset(wi, 0, sizeof(float) * cols);
+            continue;
+        }
+        float total = 0.0f;
+#pragma omp simd reduction(+ : total)
+        for (int64_t j = 0; j < cols; ++j) {
+            float e = expf(wi[j] - z_max);
+            wi[j] = e;
+            total += e;
+        }
+        const float inv = 1.0f / total;
+#pragma omp simd
+        for (int64_t j = 0; j < cols; ++j) wi[j] *= inv;
+    }
+}
+
+void bam_grad(float *d_w, const float *w, const float *keep, const float *s, const float *d_norm,
+              const float *lse, const float *d_lse, const float *d_sq, int64_t cols, int64_t row_begin,
+              int64_t row_end) {
+    for (int64_t row = row_begin; row < row_end; ++row) {
+        float *di = d_w + row * cols;
+        const float *wi = w + row * cols, *si = s ? s + row * cols : 0, *ki = keep ? keep + row * cols : 0;
+        const float dn = d_norm[row];
+        if (ki) {
+#pragma omp simd
+            for (int64_t j = 0; j < cols; ++j) di[j] = (di[j] * ki[j] - dn) * wi[j];
+        } else {
+#pragma omp simd
+            for (int64_t j = 0; j < cols; ++j) di[j] = (di[j] - dn) * wi[j];
+        }
+        if (lse && lse[row] > -INFINITY && d_lse[row] != 0.0f) {
+            const float l = lse[row], g = d_lse[row];
+#pragma omp simd
+            for (int64_t j = 0; j < cols; ++j) di[j] += g * expf(si[j] - l);
+        }
+        if (d_sq && d_sq[row] != 0.0f) {
+            const float g = 2.0f * d_sq[row];
+#pragma omp simd
+            for (int64_t j = 0; j < cols; ++j) di[j] += si[j] > -INFINITY ? g * si[j] : 0.0f;
+        }
+    }
+}
