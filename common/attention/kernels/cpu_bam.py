@@ -7,9 +7,9 @@ gradients. :func:`sample` and :func:`grad` do each row's share in one visit, wit
 from Philox4x32-10 keyed by (seed, group, query, key), vectorized by the compiler (glibc's
 vector ``logf``/``expf``/``sinf``/``cosf`` where available).
 
-The C source is compiled with the system's C compiler (``$CC`` or ``cc``) into
-``$ATTN_KERNEL_CACHE`` (default ``$XDG_CACHE_HOME/attention-suite``, ``~/.cache/attention-suite``) the first time it is needed,
-keyed by the source, the flags, the compiler and the CPU. Without a compiler, or with
+The C source is compiled with the system's C compiler (``$CC`` or ``cc``) the first time it
+is needed, into ``$ATTN_KERNEL_CACHE`` (default ``$XDG_CACHE_HOME/attention-suite`` or
+``~/.cache/attention-suite``), keyed by the source, the flags, the compiler and the CPU. Without a compiler, or with
 ``ATTN_CPU_KERNELS=0``, :func:`available` is False and the chunks keep their PyTorch passes
 (a warning says why, once). Calls release the GIL, so a chunk's rows are split over
 ``torch.get_num_threads()`` threads.
@@ -51,11 +51,11 @@ def _cpu_signature() -> str:
 
 
 def _compile(target: Path, compiler: str, flags: list) -> None:
-    libs = ["-lmvec"] if sys.platform.startswith("linux") and platform.machine() == "x86_64" else []
+    mvec = ["-DATTN_LIBMVEC", "-lmvec"] if sys.platform.startswith("linux") and platform.machine() == "x86_64" else []
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         built = Path(tmp) / target.name
-        for extra in (libs, []):  # without libmvec the loops call the scalar functions
+        for extra in (mvec, []) if mvec else ([],):  # without libmvec the loops call the scalar functions
             result = subprocess.run([compiler, *flags, str(_SOURCE), "-o", str(built), *extra, "-lm"],
                                     capture_output=True, text=True)
             if result.returncode == 0:

@@ -19,8 +19,9 @@
 #include <stdint.h>
 #include <string.h>
 
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__GLIBC__)
-/* glibc's vector math library (libmvec): lets the loops below call 8-wide logf/expf/sinf/cosf */
+#if defined(ATTN_LIBMVEC) && defined(__GNUC__) && !defined(__clang__)
+/* glibc's vector math library (libmvec, linked with -lmvec): lets the loops below call 8-wide
+ * logf/expf/sinf/cosf */
 float logf(float) __attribute__((__simd__("notinbranch")));
 float expf(float) __attribute__((__simd__("notinbranch")));
 float sinf(float) __attribute__((__simd__("notinbranch")));
