@@ -77,15 +77,20 @@ class Sampler:
         of ``like``'s chunks: float32 CPU tensors without explicit noise, where the kernels build."""
         return self.noise is None and like.device.type == "cpu" and like.dtype == torch.float32 and cpu_bam.available()
 
-    def sample_fused(self, s: Tensor, c: "_Chunk", weights: Tensor, keep: Optional[Tensor],
-                     lse: Optional[Tensor] = None, sq: Optional[Tensor] = None) -> None:
-        """:func:`~common.attention.kernels.cpu_bam.sample` of chunk ``c``'s scores ``s`` into
-        ``weights`` (and ``keep``, ``lse``, ``sq``); the noise is keyed by the chunk's heads and queries."""
+    def sample_fused(self, s: Tensor, c: "_Chunk", work: Optional["_Workspace"], lse: Optional[Tensor] = None,
+                     sq: Optional[Tensor] = None) -> tuple:
+        """Chunk ``c``'s weights and dropout scale (or None) by :func:`~common.attention.kernels.cpu_bam.sample`
+        of its scores ``s`` (writing ``lse`` and ``sq`` when given), in ``work``'s buffers, or in new
+        tensors (kept for the backward pass) without one; the noise is keyed by the chunk's heads and queries."""
+        def buffer(name: str) -> Tensor:
+            return torch.empty(c.shape, dtype=torch.float32) if work is None else work.take(name, c)
+        weights, keep = buffer("weights"), buffer("keep") if self.dropout else None
         kind = cpu_bam.NOISE_NONE
         if self.noise_scale:
             kind = cpu_bam.NOISE_WEIBULL if self.posterior == "weibull" else cpu_bam.NOISE_NORMAL
         cpu_bam.sample(s, weights, self.seed, c.groups.start, c.rows.start, kind, self.noise_scale,
                        keep=keep, dropout=self.dropout, lse=lse, sq=sq)
+        return weights, keep
 
     def draws(self, like: Tensor, chunk: int, where: tuple):
         """The chunk's standard log-noise (or None; scale it by ``noise_scale``) and dropout
@@ -237,9 +242,8 @@ class _ChunkedNoisyAttention(torch.autograd.Function):
                 budget -= weight_bytes
             s_real = None
             if fused:  # noise, softmax, dropout, LSE and S2 in one visit of each row
-                weights, keep = _fused_buffers(sampler, c, None if kept else work)
-                sampler.sample_fused(s, c, weights, keep, lse[g, rows] if want_lse else None,
-                                     sq[g, rows] if want_sq else None)
+                weights, keep = sampler.sample_fused(s, c, None if kept else work, lse[g, rows] if want_lse else None,
+                                                     sq[g, rows] if want_sq else None)
             else:
                 if want_lse:
                     lse[g, rows] = _logsumexp(s, work)
@@ -288,8 +292,7 @@ class _ChunkedNoisyAttention(torch.autograd.Function):
                 s = _scores(q_c, k[g, keys], scale, visible, c, work)
                 s_real = _real(s, visible, c, work) if ctx.want_sq and not fused else None
             if weights is None and fused:  # the forward's noise and dropout again, and the same softmax
-                weights, keep = _fused_buffers(sampler, c, work)
-                sampler.sample_fused(s, c, weights, keep)
+                weights, keep = sampler.sample_fused(s, c, work)
             elif weights is None:
                 weights, keep = _sample(sampler, s, index, c, ctx.empty_rows)
             d_o = d_out[g, rows]
@@ -404,14 +407,6 @@ def _sample(sampler: Sampler, s: Tensor, index: int, c: _Chunk, empty_rows: bool
     noise, keep = sampler.draws(s, index, c.where)
     z = s if noise is None else torch.add(s, noise, alpha=sampler.noise_scale, out=noise)
     return _softmax(z, empty_rows, in_place=noise is not None), keep
-
-
-def _fused_buffers(sampler: Sampler, c: _Chunk, work: Optional["_Workspace"]) -> tuple:
-    """Chunk ``c``'s float32 weights and dropout scale (None without dropout) for the fused
-    kernel: in ``work``'s buffers, or new tensors (kept for the backward pass) without one."""
-    def buffer(name: str) -> Tensor:
-        return torch.empty(c.shape, dtype=torch.float32) if work is None else work.take(name, c)
-    return buffer("weights"), buffer("keep") if sampler.dropout else None
 
 
 def _dropped(weights: Tensor, keep: Optional[Tensor], c: _Chunk, work: Optional["_Workspace"]) -> Tensor:
