@@ -77,20 +77,32 @@ class Sampler:
         of ``like``'s chunks: float32 CPU tensors without explicit noise, where the kernels build."""
         return self.noise is None and like.device.type == "cpu" and like.dtype == torch.float32 and cpu_bam.available()
 
-    def sample_fused(self, s: Tensor, c: "_Chunk", work: Optional["_Workspace"], lse: Optional[Tensor] = None,
-                     sq: Optional[Tensor] = None) -> tuple:
+    def sample_fused(self, s: Tensor, c: "_Chunk", work: Optional["_Workspace"], lse_z: Tensor,
+                     lse: Optional[Tensor] = None, sq: Optional[Tensor] = None) -> tuple:
         """Chunk ``c``'s weights and dropout scale (or None) by :func:`~common.attention.kernels.cpu_bam.sample`
-        of its scores ``s`` (writing ``lse`` and ``sq`` when given), in ``work``'s buffers, or in new
-        tensors (kept for the backward pass) without one; the noise is keyed by the chunk's heads and queries."""
+        of its scores ``s`` (writing the softmax's normaliser ``lse_z``, and ``lse`` and ``sq`` when
+        given), in ``work``'s buffers, or in new tensors (kept for the backward pass) without one; the
+        noise is keyed by the chunk's heads and queries."""
         def buffer(name: str) -> Tensor:
             return torch.empty(c.shape, dtype=torch.float32) if work is None else work.take(name, c)
         weights, keep = buffer("weights"), buffer("keep") if self.dropout else None
-        kind = cpu_bam.NOISE_NONE
-        if self.noise_scale:
-            kind = cpu_bam.NOISE_WEIBULL if self.posterior == "weibull" else cpu_bam.NOISE_NORMAL
-        cpu_bam.sample(s, weights, self.seed, c.groups.start, c.rows.start, kind, self.noise_scale,
-                       keep=keep, dropout=self.dropout, lse=lse, sq=sq)
+        cpu_bam.sample(s, weights, self.seed, c.groups.start, c.rows.start, self._kind(), self.noise_scale,
+                       keep=keep, dropout=self.dropout, lse=lse, sq=sq, lse_z=lse_z)
         return weights, keep
+
+    def regrad_fused(self, d_w: Tensor, s: Tensor, c: "_Chunk", work: "_Workspace", lse_z: Tensor, d_norm: Tensor,
+                     lse: Optional[Tensor], d_lse: Optional[Tensor], d_sq: Optional[Tensor]) -> Tensor:
+        """The backward pass of chunk ``c``'s recomputed weights by :func:`~common.attention.kernels.cpu_bam.regrad`:
+        the scores' gradient in place of ``d_w``; returns the dropped weights (for ``dv``)."""
+        dropped = work.take("weights", c)
+        cpu_bam.regrad(d_w, dropped, s, lse_z, d_norm, self.seed, c.groups.start, c.rows.start, self._kind(),
+                       self.noise_scale, self.dropout, lse=lse, d_lse=d_lse, d_sq=d_sq)
+        return dropped
+
+    def _kind(self) -> int:
+        if not self.noise_scale:
+            return cpu_bam.NOISE_NONE
+        return cpu_bam.NOISE_WEIBULL if self.posterior == "weibull" else cpu_bam.NOISE_NORMAL
 
     def draws(self, like: Tensor, chunk: int, where: tuple):
         """The chunk's standard log-noise (or None; scale it by ``noise_scale``) and dropout
@@ -220,6 +232,7 @@ class _ChunkedNoisyAttention(torch.autograd.Function):
         sq = q.new_zeros(q.shape[:-1] if want_sq else (0,))
         empty_rows = key_mask is not None and (causal or not bool(key_mask.any(-1).all()))
         fused = sampler.fused(q)
+        lse_z = q.new_empty(q.shape[:-1] if fused else (0,))  # the fused softmax's normalisers, for regrad
         chunks = _plan(q, k, key_mask, causal)
         visibles = [_visible(key_mask, causal, c) for c in chunks]
         # a tile's weights, scores (for the KL), dropout mask, and its visible scores when they are a copy
@@ -242,8 +255,8 @@ class _ChunkedNoisyAttention(torch.autograd.Function):
                 budget -= weight_bytes
             s_real = None
             if fused:  # noise, softmax, dropout, LSE and S2 in one visit of each row
-                weights, keep = sampler.sample_fused(s, c, None if kept else work, lse[g, rows] if want_lse else None,
-                                                     sq[g, rows] if want_sq else None)
+                weights, keep = sampler.sample_fused(s, c, None if kept else work, lse_z[g, rows],
+                                                     lse[g, rows] if want_lse else None, sq[g, rows] if want_sq else None)
             else:
                 if want_lse:
                     lse[g, rows] = _logsumexp(s, work)
@@ -258,7 +271,7 @@ class _ChunkedNoisyAttention(torch.autograd.Function):
                 tile = (None, None, weights, keep)  # the weights while they fit: no noise to redraw
             ctx.tiles.append(tile)
             torch.bmm(_dropped(weights, keep, c, work), v[g, :c.keys], out=out[g, rows])
-        ctx.save_for_backward(q, k, v, lse, out, key_weights, centers)
+        ctx.save_for_backward(q, k, v, lse, out, key_weights, centers, lse_z)
         ctx.scale, ctx.sampler, ctx.chunks, ctx.visibles = scale, sampler, chunks, visibles
         ctx.want_lse, ctx.want_sq, ctx.empty_rows, ctx.fused = want_lse, want_sq, empty_rows, fused
         ctx.mark_non_differentiable(*(() if want_lse else (lse,)), *(() if want_sq else (sq,)),
@@ -267,7 +280,7 @@ class _ChunkedNoisyAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, d_out, d_lse, d_sq, d_proj):
-        q, k, v, lse, out, key_weights, centers = ctx.saved_tensors
+        q, k, v, lse, out, key_weights, centers, lse_z = ctx.saved_tensors
         scale, sampler = ctx.scale, ctx.sampler
         tiles, ctx.tiles = ctx.tiles, None
         d_out = d_out.contiguous()
@@ -291,30 +304,24 @@ class _ChunkedNoisyAttention(torch.autograd.Function):
             if weights is None or (s is None and need_s) or (not fused and s_real is None and need_sq):
                 s = _scores(q_c, k[g, keys], scale, visible, c, work)
                 s_real = _real(s, visible, c, work) if ctx.want_sq and not fused else None
-            if weights is None and fused:  # the forward's noise and dropout again, and the same softmax
-                weights, keep = sampler.sample_fused(s, c, work)
-            elif weights is None:
-                weights, keep = _sample(sampler, s, index, c, ctx.empty_rows)
             d_o = d_out[g, rows]
             d_weights = torch.bmm(d_o, v[g, keys].transpose(-1, -2), out=work.take("d_weights", c))
-            _accumulate(dv_t, g, c.keys, d_o.transpose(-1, -2).contiguous(), _dropped(weights, keep, c, work), first)
             # sum_j W_ij dW_ij = dO_i . O_i (W includes the dropout mask): the flash-attention identity
-            d_norm = (d_o * out[g, rows]).sum(-1, keepdim=True)
-            if fused:
-                d_s = d_weights
-                cpu_bam.grad(d_s, weights, keep, d_norm.squeeze(-1), s if need_s else None,
-                             lse[g, rows] if need_p else None, d_lse[g, rows] if need_p else None,
-                             d_sq[g, rows] if need_sq else None)
+            d_norm = (d_o * out[g, rows]).sum(-1)
+            kl_grads = (lse[g, rows] if need_p else None, d_lse[g, rows] if need_p else None,
+                        d_sq[g, rows] if need_sq else None)
+            d_s = d_weights
+            if fused and weights is None:  # the forward's noise, dropout and weights again, and d_s, in one pass
+                dropped = sampler.regrad_fused(d_s, s, c, work, lse_z[g, rows], d_norm, *kl_grads)
             else:
-                if keep is not None:
-                    d_weights.mul_(keep)
-                d_s = d_weights.sub_(d_norm).mul_(weights)
-                # d S2_i / d s_ij = 2 s_ij and d LSE_i / d s_ij = p_ij = exp(s_ij - LSE_i), in this
-                # order: s_real may be a view of s, which p overwrites
-                if need_sq:
-                    d_s[..., :s_real.shape[-1]].addcmul_(s_real, d_sq[g, rows, None], value=2.0)
-                if need_p:
-                    _add_lse_gradient(d_s, s, lse[g, rows], d_lse[g, rows])
+                if weights is None:
+                    weights, keep = _sample(sampler, s, index, c, ctx.empty_rows)
+                dropped = _dropped(weights, keep, c, work)
+                if fused:
+                    cpu_bam.grad(d_s, weights, keep, d_norm, s if need_s else None, *kl_grads)
+                else:
+                    _softmax_gradient(d_s, weights, keep, d_norm, s, s_real, *kl_grads)
+            _accumulate(dv_t, g, c.keys, d_o.transpose(-1, -2).contiguous(), dropped, first)
             dq[g, rows].baddbmm_(d_s, k[g, keys], beta=0, alpha=scale)
             if d_centers is not None:  # P_ir = scale q_i . C_r
                 dq[g, rows].baddbmm_(d_proj[g, rows], centers[g], alpha=scale)
@@ -448,6 +455,22 @@ def _add_lse_gradient(d_s: Tensor, s: Tensor, lse: Tensor, d_lse: Tensor) -> Non
         d_s.addcmul_(s.exp_(), torch.where(finite, d_lse * torch.exp(-lse), 0.0).unsqueeze(-1))
     else:
         d_s.addcmul_(s.sub_(torch.where(finite, lse, 0.0).unsqueeze(-1)).exp_(), d_lse.unsqueeze(-1))
+
+
+def _softmax_gradient(d_s: Tensor, weights: Tensor, keep: Optional[Tensor], d_norm: Tensor, s: Tensor,
+                      s_real: Optional[Tensor], lse: Optional[Tensor], d_lse: Optional[Tensor],
+                      d_sq: Optional[Tensor]) -> None:
+    """In place of ``d_s`` (``dW``): the scores' gradient ``(dW keep - d_norm) W + d_lse p + 2 d_sq s``
+    (PyTorch's operators; :func:`~common.attention.kernels.cpu_bam.grad` is the fused form)."""
+    if keep is not None:
+        d_s.mul_(keep)
+    d_s.sub_(d_norm.unsqueeze(-1)).mul_(weights)
+    # d S2_i / d s_ij = 2 s_ij and d LSE_i / d s_ij = p_ij = exp(s_ij - LSE_i), in this
+    # order: s_real may be a view of s, which p overwrites
+    if d_sq is not None:
+        d_s[..., :s_real.shape[-1]].addcmul_(s_real, d_sq.unsqueeze(-1), value=2.0)
+    if d_lse is not None:
+        _add_lse_gradient(d_s, s, lse, d_lse)
 
 
 class _Workspace:

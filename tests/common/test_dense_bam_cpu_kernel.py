@@ -163,16 +163,50 @@ def test_grad_is_the_softmax_lse_and_square_gradient(dropout):
 
 
 @needs_kernels
+@pytest.mark.parametrize("kind", [cpu_bam.NOISE_NONE, cpu_bam.NOISE_WEIBULL, cpu_bam.NOISE_NORMAL])
+@pytest.mark.parametrize("dropout", [0.0, 0.3])
+def test_regrad_redraws_the_forward_weights_and_takes_their_gradient(kind, dropout):
+    """regrad's weights, from sample's noise, dropout and normaliser, are sample's (w keep), and its
+    d_s is grad's of those weights; hidden keys and the fully hidden row stay exact zeros."""
+    s = _scores()
+    g = torch.Generator().manual_seed(2)
+    d_w, d_norm, d_lse, d_sq = (torch.randn(shape, generator=g) for shape in (s.shape, s.shape[:2], s.shape[:2],
+                                                                              s.shape[:2]))
+    w, keep, lse, lse_z = torch.empty_like(s), torch.empty_like(s) if dropout else None, *(torch.empty(s.shape[:2])
+                                                                                          for _ in range(2))
+    cpu_bam.sample(s, w, SEED, G0, R0, kind, 0.7, keep=keep, dropout=dropout, lse=lse, lse_z=lse_z)
+    assert torch.isneginf(lse_z[1, 1])
+    finite = lse_z[torch.arange(3) != 1]
+    z = s.double() + (torch.from_numpy(_drawn_noise(kind, s.shape[-1], 0.7, s.shape[:2])) if kind else 0.0)
+    torch.testing.assert_close(finite.double(), torch.logsumexp(z, -1)[torch.arange(3) != 1], rtol=1e-6, atol=1e-5)
+    want = d_w.clone()
+    cpu_bam.grad(want, w, keep, d_norm, s, lse, d_lse, d_sq)
+    got, dropped = d_w.clone(), torch.empty_like(s)
+    cpu_bam.regrad(got, dropped, s, lse_z, d_norm, SEED, G0, R0, kind, 0.7, dropout, lse, d_lse, d_sq)
+    torch.testing.assert_close(dropped, w if keep is None else w * keep, rtol=2e-5, atol=1e-7)
+    torch.testing.assert_close(got, want, rtol=2e-5, atol=2e-5)
+    hidden = torch.isneginf(s)
+    assert not got.isnan().any() and bool((dropped[hidden] == 0).all())
+    assert torch.equal(got[1, 1], torch.zeros_like(got[1, 1]))  # no key: no weight, no gradient
+    with pytest.raises(ValueError, match="regrad: s"):
+        cpu_bam.regrad(got, dropped[:, :, :-1].contiguous(), s, lse_z, d_norm, SEED, G0, R0, kind, 0.7)
+
+
+@needs_kernels
 def test_rows_split_over_threads_give_the_same_result():
     s = _scores((4, 64, 301))
+    d_w, d_norm = torch.randn(s.shape, generator=torch.Generator().manual_seed(3)), torch.ones(s.shape[:2])
     results = []
     threads = torch.get_num_threads()
     try:
         for n in (1, 3):
             torch.set_num_threads(n)
-            w, keep, lse = torch.empty_like(s), torch.empty_like(s), torch.empty(s.shape[:2])
-            cpu_bam.sample(s, w, SEED, 2, 0, cpu_bam.NOISE_WEIBULL, 1.0, keep=keep, dropout=0.2, lse=lse)
-            results.append((w, keep, lse))
+            w, keep, lse, lse_z = torch.empty_like(s), torch.empty_like(s), *(torch.empty(s.shape[:2]) for _ in range(2))
+            cpu_bam.sample(s, w, SEED, 2, 0, cpu_bam.NOISE_WEIBULL, 1.0, keep=keep, dropout=0.2, lse=lse, lse_z=lse_z)
+            d_s, regrad_s, dropped = d_w.clone(), d_w.clone(), torch.empty_like(s)
+            cpu_bam.grad(d_s, w, keep, d_norm, s, lse, d_norm, d_norm)
+            cpu_bam.regrad(regrad_s, dropped, s, lse_z, d_norm, SEED, 2, 0, cpu_bam.NOISE_WEIBULL, 1.0, 0.2, lse, d_norm)
+            results.append((w, keep, lse, lse_z, d_s, regrad_s, dropped))
     finally:
         torch.set_num_threads(threads)
     for got, want in zip(*results):

@@ -3,16 +3,19 @@
 Dense BAM's chunks (:mod:`common.attention.dense_bam`) spend most of their non-matrix time in
 elementwise passes: drawing the noise (two ``log`` per Weibull entry, or Box-Muller), adding
 it, the softmax, the KL's log-sum-exp, and in the backward pass the softmax and log-sum-exp
-gradients. :func:`sample` and :func:`grad` do each row's share in one visit, with the noise
-from Philox4x32-10 keyed by (seed, group, query, key), vectorized by the compiler (glibc's
-vector ``logf``/``expf``/``sinf``/``cosf`` where available).
+gradients. :func:`sample`, :func:`grad` and :func:`regrad` do each row's share in one visit,
+with the noise from Philox4x32-10 keyed by (seed, group, query, key), vectorized by the
+compiler (glibc's vector ``logf``/``expf``/``sinf``/``cosf`` where available).
 
 The C source is compiled with the system's C compiler (``$CC`` or ``cc``) the first time it
 is needed, into ``$ATTN_KERNEL_CACHE`` (default ``$XDG_CACHE_HOME/attention-suite`` or
 ``~/.cache/attention-suite``), keyed by the source, the flags, the compiler and the CPU. Without a compiler, or with
 ``ATTN_CPU_KERNELS=0``, :func:`available` is False and the chunks keep their PyTorch passes
-(a warning says why, once). Calls release the GIL, so a chunk's rows are split over
-``torch.get_num_threads()`` threads.
+(a warning says why, once). A call splits its rows over ``torch.get_num_threads()`` OpenMP
+threads; built with GCC, the kernels share libgomp, and its thread pool, with PyTorch's own
+operators (a separate pool of Python threads ran at half the speed: PyTorch's OpenMP workers
+spin on the cores for a while after each operator). Where the compiler has no OpenMP the
+kernels run on one thread.
 """
 from __future__ import annotations
 
@@ -25,7 +28,6 @@ import subprocess
 import sys
 import tempfile
 import warnings
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Optional
 
@@ -34,7 +36,7 @@ from torch import Tensor
 
 NOISE_NONE, NOISE_WEIBULL, NOISE_NORMAL = 0, 1, 2
 _SOURCE = Path(__file__).with_name("cpu") / "bam_rows.c"
-_FLAGS = ["-O3", "-fPIC", "-shared", "-fopenmp-simd", "-fno-math-errno", "-fno-trapping-math"]
+_FLAGS = ["-O3", "-fPIC", "-shared", "-fno-math-errno", "-fno-trapping-math"]
 
 
 def _native_flags() -> list:
@@ -51,11 +53,14 @@ def _cpu_signature() -> str:
 
 
 def _compile(target: Path, compiler: str, flags: list) -> None:
+    """Builds the kernels with OpenMP and glibc's vector math where the compiler has them, else
+    without: OpenMP's loops then run on one thread, and the vector loops call the scalar functions."""
     mvec = ["-DATTN_LIBMVEC", "-lmvec"] if sys.platform.startswith("linux") and platform.machine() == "x86_64" else []
+    options = [threads + math for threads in (["-fopenmp"], ["-fopenmp-simd"]) for math in ((mvec, []) if mvec else ([],))]
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         built = Path(tmp) / target.name
-        for extra in (mvec, []) if mvec else ([],):  # without libmvec the loops call the scalar functions
+        for extra in options:
             result = subprocess.run([compiler, *flags, str(_SOURCE), "-o", str(built), *extra, "-lm"],
                                     capture_output=True, text=True)
             if result.returncode == 0:
@@ -84,32 +89,18 @@ def _library() -> Optional[ctypes.CDLL]:
                       "ATTN_CPU_KERNELS=0 to silence this.", RuntimeWarning, stacklevel=3)
         return None
     i64, ptr, f32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_float
-    lib.bam_sample.argtypes = [ptr, ptr, ptr, ptr, ptr, i64, i64, i64, i64, i64, i64, ctypes.c_uint64, ctypes.c_int,
-                               f32, ctypes.c_uint32, f32, ctypes.c_int]
-    lib.bam_sample.restype = None
-    lib.bam_grad.argtypes = [ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr, i64, i64, i64]
-    lib.bam_grad.restype = None
+    u64, u32, i32 = ctypes.c_uint64, ctypes.c_uint32, ctypes.c_int
+    lib.bam_sample.argtypes = [ptr] * 6 + [i64] * 5 + [i32, u64, i32, f32, u32, f32, i32]
+    lib.bam_grad.argtypes = [ptr] * 8 + [i64, i64, i32]
+    lib.bam_regrad.argtypes = [ptr] * 8 + [i64] * 5 + [i32, u64, i32, f32, u32, f32, i32]
+    for function in (lib.bam_sample, lib.bam_grad, lib.bam_regrad):
+        function.restype = None
     return lib
 
 
 def available() -> bool:
     """Whether the kernels are on (``ATTN_CPU_KERNELS`` is not ``0``, read at each call) and build here."""
     return os.environ.get("ATTN_CPU_KERNELS", "1") != "0" and _library() is not None
-
-
-@functools.lru_cache(maxsize=4)
-def _pool(threads: int) -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(threads, thread_name_prefix="bam-rows")
-
-
-def _over_rows(call, rows: int) -> None:
-    """``call(begin, end)`` over the rows, split over ``torch.get_num_threads()`` threads."""
-    threads = min(torch.get_num_threads(), max(1, rows // 8))
-    if threads == 1:
-        call(0, rows)
-        return
-    bounds = [rows * t // threads for t in range(threads + 1)]
-    list(_pool(threads).map(call, bounds[:-1], bounds[1:]))
 
 
 def _ptr(x: Optional[Tensor]) -> Optional[int]:
@@ -121,14 +112,20 @@ def _ptr(x: Optional[Tensor]) -> Optional[int]:
     return x.data_ptr()
 
 
+def _dropout_args(dropout: float, on: bool) -> tuple:
+    """The kernels' dropout threshold on a word's low 24 bits, and the scale ``1 / (1 - p)``."""
+    return (round(dropout * (1 << 24)), 1.0 / (1.0 - dropout)) if on else (0, 0.0)
+
+
 def sample(s: Tensor, out: Tensor, seed: int, group: int, query: int, kind: int, noise_scale: float,
            keep: Optional[Tensor] = None, dropout: float = 0.0, lse: Optional[Tensor] = None,
-           sq: Optional[Tensor] = None, softmax: bool = True) -> None:
+           sq: Optional[Tensor] = None, softmax: bool = True, lse_z: Optional[Tensor] = None) -> None:
     """Chunk scores ``s [G, R, K]`` (``-inf`` where hidden) of groups ``group + g``, queries
     ``query + r``: ``out = softmax(s + noise_scale n)`` (``s + noise_scale n`` when not
-    ``softmax``), the dropout scale ``[u >= dropout] / (1 - dropout)`` in ``keep``, and the
-    clean scores' ``log sum_j exp(s_ij)`` in ``lse [G, R]`` and their ``sum_j s_ij^2`` (finite
-    ``s_ij`` only) in ``sq [G, R]`` (each optional).
+    ``softmax``), the dropout scale ``[u >= dropout] / (1 - dropout)`` in ``keep``, the clean
+    scores' ``log sum_j exp(s_ij)`` in ``lse [G, R]`` and their ``sum_j s_ij^2`` (finite
+    ``s_ij`` only) in ``sq [G, R]``, and the noisy scores' ``log sum_j exp(z_ij)`` (the
+    softmax's normaliser, for :func:`regrad`) in ``lse_z [G, R]`` (each optional).
 
     ``n`` is the standard log-noise of ``kind`` (``NOISE_WEIBULL``: ``log(-log u)``,
     ``NOISE_NORMAL``: ``N(0, 1)``), drawn from Philox4x32-10 with key ``seed`` and counter
@@ -138,11 +135,11 @@ def sample(s: Tensor, out: Tensor, seed: int, group: int, query: int, kind: int,
     G, R, K = s.shape
     if out.shape != s.shape or (keep is not None and keep.shape != s.shape):
         raise ValueError(f"sample: out {tuple(out.shape)} and keep must have the scores' shape {tuple(s.shape)}")
-    threshold = round(dropout * (1 << 24)) if keep is not None else 0
-    drop_scale = 1.0 / (1.0 - dropout) if keep is not None else 0.0
-    args = (_ptr(s), _ptr(out), _ptr(keep), _ptr(lse), _ptr(sq), R, K, group, query)
-    tail = (seed % (1 << 64), kind, noise_scale, threshold, drop_scale, int(softmax))
-    _over_rows(lambda begin, end: lib.bam_sample(*args, begin, end, *tail), G * R)
+    if lse_z is not None and not softmax:
+        raise ValueError("sample: lse_z is the softmax's normaliser; it needs softmax=True")
+    lib.bam_sample(*(_ptr(x) for x in (s, out, keep, lse, sq, lse_z)), R, K, group, query, G * R,
+                   torch.get_num_threads(), seed % (1 << 64), kind, noise_scale, *_dropout_args(dropout, keep is not None),
+                   int(softmax))
 
 
 def grad(d_w: Tensor, w: Tensor, keep: Optional[Tensor], d_norm: Tensor, s: Optional[Tensor] = None,
@@ -155,5 +152,21 @@ def grad(d_w: Tensor, w: Tensor, keep: Optional[Tensor], d_norm: Tensor, s: Opti
     G, R, K = d_w.shape
     if (lse is not None or d_sq is not None) and s is None:
         raise ValueError("grad: the LSE and square-sum terms need the scores s")
-    args = [_ptr(x) for x in (d_w, w, keep, s, d_norm, lse, d_lse, d_sq)]
-    _over_rows(lambda begin, end: lib.bam_grad(*args, K, begin, end), G * R)
+    lib.bam_grad(*(_ptr(x) for x in (d_w, w, keep, s, d_norm, lse, d_lse, d_sq)), K, G * R, torch.get_num_threads())
+
+
+def regrad(d_w: Tensor, dropped: Tensor, s: Tensor, lse_z: Tensor, d_norm: Tensor, seed: int, group: int, query: int,
+           kind: int, noise_scale: float, dropout: float = 0.0, lse: Optional[Tensor] = None,
+           d_lse: Optional[Tensor] = None, d_sq: Optional[Tensor] = None) -> None:
+    """The backward pass of a chunk whose weights were not kept, in one visit of each row: its
+    forward weights again, ``w = exp(s + noise_scale n - lse_z)`` with :func:`sample`'s noise and
+    normaliser ``lse_z``, their dropped form ``w keep`` (``keep`` redrawn when ``dropout``) into
+    ``dropped``, and :func:`grad`'s scores gradient in place of ``d_w``. Shapes as :func:`grad`'s."""
+    lib = _library()
+    G, R, K = d_w.shape
+    if s.shape != d_w.shape or dropped.shape != d_w.shape:
+        raise ValueError(f"regrad: s {tuple(s.shape)} and dropped {tuple(dropped.shape)} must have d_w's shape "
+                         f"{tuple(d_w.shape)}")
+    lib.bam_regrad(*(_ptr(x) for x in (d_w, dropped, s, lse_z, d_norm, lse, d_lse, d_sq)), R, K, group, query, G * R,
+                   torch.get_num_threads(), seed % (1 << 64), kind, noise_scale,
+                   *_dropout_args(dropout, bool(dropout)), int(bool(dropout)))

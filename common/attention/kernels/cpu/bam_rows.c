@@ -1,7 +1,7 @@
 /* Fused row kernels of dense BAM attention on the CPU (common/attention/kernels/cpu_bam.py).
  *
  * bam_sample: for each score row s_i of a chunk, in one visit of the row,
- *     z_ij = s_ij + noise_scale * n_ij,   w_i = softmax(z_i),
+ *     z_ij = s_ij + noise_scale * n_ij,   w_i = softmax(z_i),   LSEz_i = log sum_j exp(z_ij),
  *     LSE_i = log sum_j exp(s_ij),   S2_i = sum_j s_ij^2 (over the finite s_ij),
  * with the standard log-noise n_ij (log(-log u), Weibull; or N(0, 1), Lognormal) and the
  * dropout scale drawn from Philox4x32-10 (Salmon et al., 2011; the generator of Triton's
@@ -11,9 +11,14 @@
  * bam_grad: d_s_ij = (d_w_ij keep_ij - d_norm_i) w_ij + d_lse_i exp(s_ij - LSE_i) + 2 d_sq_i s_ij
  * (the last term only where s_ij is finite), in place of d_w.
  *
- * Rows are [n_groups x n_rows] of `cols` floats, contiguous; `row_begin`/`row_end` select the
- * flat rows one call handles (the caller splits them over threads). Masked keys are -inf in s:
- * they get exactly zero weight; a row without a finite score gets zero weights and LSE = -inf.
+ * bam_regrad: the backward pass of a tile whose weights were not kept, in one visit of each row:
+ * the forward's weights again from its noise and LSEz_i, w_ij = exp(z_ij - LSEz_i), their dropped
+ * form w_ij keep_ij into w (for dV), and bam_grad's d_s in place of d_w.
+ *
+ * Rows are [n_groups x n_rows] of `cols` floats, contiguous, split over `threads` OpenMP threads
+ * (the runtime PyTorch's own operators use, where the compiler links the same libgomp). Masked
+ * keys are -inf in s: they get exactly zero weight; a row without a finite score gets zero
+ * weights and LSE = LSEz = -inf.
  */
 #include <math.h>
 #include <stdint.h>
@@ -141,24 +146,62 @@ static void log_noise(float *out, const uint32_t *words, int64_t n, int kind) {
     for (int64_t p = 0; p < n / 2; ++p) out[2 * p + 1] = radius[p] * sinf(angle[p]);
 }
 
-void bam_sample(const float *s, float *w, float *keep, float *lse, float *sq, int64_t n_rows, int64_t cols,
-                int64_t g0, int64_t r0, int64_t row_begin, int64_t row_end, uint64_t seed, int kind,
+/* the standard log-noise of keys [j0, j0 + n) of row (group, query), n <= BLOCK, into `noise`
+ * (zeros for NOISE_NONE); `words` is scratch */
+static void noise_block(float *noise, uint32_t *words, int64_t j0, int64_t n, uint64_t seed, uint32_t query,
+                        uint32_t group, int kind) {
+    const int64_t n4 = (n + 3) & ~(int64_t)3;
+    if (kind == NOISE_NONE) {
+        memset(noise, 0, sizeof(float) * n4);
+        return;
+    }
+    row_words(words, j0, n4 / 4, seed, query, group, STREAM_NOISE);
+    log_noise(noise, words, n4, kind);
+}
+
+/* the dropout scales of keys [j0, j0 + n) of row (group, query), n <= BLOCK: [u >= p] / (1 - p) */
+static void keep_block(float *keep, uint32_t *words, int64_t j0, int64_t n, uint64_t seed, uint32_t query,
+                       uint32_t group, uint32_t drop_threshold, float drop_scale) {
+    row_words(words, j0, ((n + 3) & ~(int64_t)3) / 4, seed, query, group, STREAM_DROPOUT);
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) keep[j] = (words[j] & 0xFFFFFFu) >= drop_threshold ? drop_scale : 0.0f;
+}
+
+/* d_s of one row's n entries in place of d (see bam_grad); keep, lse_i's terms optional */
+static void grad_row(float *d, const float *w, const float *keep, const float *s, float d_norm, float lse,
+                     float d_lse, float d_sq, int64_t n) {
+    if (keep) {
+#pragma omp simd
+        for (int64_t j = 0; j < n; ++j) d[j] = (d[j] * keep[j] - d_norm) * w[j];
+    } else {
+#pragma omp simd
+        for (int64_t j = 0; j < n; ++j) d[j] = (d[j] - d_norm) * w[j];
+    }
+    if (lse > -INFINITY && d_lse != 0.0f) {
+#pragma omp simd
+        for (int64_t j = 0; j < n; ++j) d[j] += d_lse * expf(s[j] - lse);
+    }
+    if (d_sq != 0.0f) {
+        const float g = 2.0f * d_sq;
+#pragma omp simd
+        for (int64_t j = 0; j < n; ++j) d[j] += s[j] > -INFINITY ? g * s[j] : 0.0f;
+    }
+}
+
+void bam_sample(const float *s, float *w, float *keep, float *lse, float *sq, float *lse_z, int64_t n_rows,
+                int64_t cols, int64_t g0, int64_t r0, int64_t rows, int threads, uint64_t seed, int kind,
                 float noise_scale, uint32_t drop_threshold, float drop_scale, int want_softmax) {
-    uint32_t words[BLOCK];
-    float noise[BLOCK];
-    for (int64_t row = row_begin; row < row_end; ++row) {
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t row = 0; row < rows; ++row) {
+        uint32_t words[BLOCK];
+        float noise[BLOCK];
         const float *si = s + row * cols;
         float *wi = w + row * cols, *ki = keep ? keep + row * cols : 0;
         const uint32_t group = (uint32_t)(g0 + row / n_rows), query = (uint32_t)(r0 + row % n_rows);
         float z_max = -INFINITY, s_max = -INFINITY;
         for (int64_t j0 = 0; j0 < cols; j0 += BLOCK) {
-            const int64_t n = cols - j0 < BLOCK ? cols - j0 : BLOCK, n4 = (n + 3) & ~(int64_t)3;
-            if (kind != NOISE_NONE) {
-                row_words(words, j0, n4 / 4, seed, query, group, STREAM_NOISE);
-                log_noise(noise, words, n4, kind);
-            } else {
-                memset(noise, 0, sizeof(float) * n4);
-            }
+            const int64_t n = cols - j0 < BLOCK ? cols - j0 : BLOCK;
+            noise_block(noise, words, j0, n, seed, query, group, kind);
 #pragma omp simd reduction(max : z_max, s_max)
             for (int64_t j = 0; j < n; ++j) {
                 float z = si[j0 + j] + noise_scale * noise[j];
@@ -166,12 +209,7 @@ void bam_sample(const float *s, float *w, float *keep, float *lse, float *sq, in
                 z_max = z > z_max ? z : z_max;
                 s_max = si[j0 + j] > s_max ? si[j0 + j] : s_max;
             }
-            if (ki) {
-                row_words(words, j0, n4 / 4, seed, query, group, STREAM_DROPOUT);
-#pragma omp simd
-                for (int64_t j = 0; j < n; ++j)
-                    ki[j0 + j] = (words[j] & 0xFFFFFFu) >= drop_threshold ? drop_scale : 0.0f;
-            }
+            if (ki) keep_block(ki + j0, words, j0, n, seed, query, group, drop_threshold, drop_scale);
         }
         if (lse) {
             float total = 0.0f;
@@ -190,6 +228,7 @@ void bam_sample(const float *s, float *w, float *keep, float *lse, float *sq, in
         if (!want_softmax) continue;
         if (!(z_max > -INFINITY)) { /* no visible key: zero weights */
             memset(wi, 0, sizeof(float) * cols);
+            if (lse_z) lse_z[row] = -INFINITY;
             continue;
         }
         float total = 0.0f;
@@ -202,32 +241,50 @@ void bam_sample(const float *s, float *w, float *keep, float *lse, float *sq, in
         const float inv = 1.0f / total;
 #pragma omp simd
         for (int64_t j = 0; j < cols; ++j) wi[j] *= inv;
+        if (lse_z) lse_z[row] = z_max + logf(total);
     }
 }
 
 void bam_grad(float *d_w, const float *w, const float *keep, const float *s, const float *d_norm,
-              const float *lse, const float *d_lse, const float *d_sq, int64_t cols, int64_t row_begin,
-              int64_t row_end) {
-    for (int64_t row = row_begin; row < row_end; ++row) {
-        float *di = d_w + row * cols;
-        const float *wi = w + row * cols, *si = s ? s + row * cols : 0, *ki = keep ? keep + row * cols : 0;
-        const float dn = d_norm[row];
-        if (ki) {
+              const float *lse, const float *d_lse, const float *d_sq, int64_t cols, int64_t rows, int threads) {
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t row = 0; row < rows; ++row) {
+        const int64_t at = row * cols;
+        grad_row(d_w + at, w + at, keep ? keep + at : 0, s ? s + at : 0, d_norm[row], lse ? lse[row] : -INFINITY,
+                 lse ? d_lse[row] : 0.0f, d_sq ? d_sq[row] : 0.0f, cols);
+    }
+}
+
+void bam_regrad(float *d_w, float *w, const float *s, const float *lse_z, const float *d_norm, const float *lse,
+                const float *d_lse, const float *d_sq, int64_t n_rows, int64_t cols, int64_t g0, int64_t r0,
+                int64_t rows, int threads, uint64_t seed, int kind, float noise_scale, uint32_t drop_threshold,
+                float drop_scale, int dropout) {
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t row = 0; row < rows; ++row) {
+        uint32_t words[BLOCK];
+        float noise[BLOCK], weight[BLOCK], keep[BLOCK];
+        const uint32_t group = (uint32_t)(g0 + row / n_rows), query = (uint32_t)(r0 + row % n_rows);
+        const float l = lse_z[row];
+        for (int64_t j0 = 0; j0 < cols; j0 += BLOCK) {
+            const int64_t n = cols - j0 < BLOCK ? cols - j0 : BLOCK, at = row * cols + j0;
+            const float *si = s + at;
+            float *wi = w + at;
+            noise_block(noise, words, j0, n, seed, query, group, kind);
+            if (l > -INFINITY) {
 #pragma omp simd
-            for (int64_t j = 0; j < cols; ++j) di[j] = (di[j] * ki[j] - dn) * wi[j];
-        } else {
+                for (int64_t j = 0; j < n; ++j) weight[j] = expf(si[j] + noise_scale * noise[j] - l);
+            } else {
+                memset(weight, 0, sizeof(float) * n);
+            }
+            if (dropout) {
+                keep_block(keep, words, j0, n, seed, query, group, drop_threshold, drop_scale);
 #pragma omp simd
-            for (int64_t j = 0; j < cols; ++j) di[j] = (di[j] - dn) * wi[j];
-        }
-        if (lse && lse[row] > -INFINITY && d_lse[row] != 0.0f) {
-            const float l = lse[row], g = d_lse[row];
-#pragma omp simd
-            for (int64_t j = 0; j < cols; ++j) di[j] += g * expf(si[j] - l);
-        }
-        if (d_sq && d_sq[row] != 0.0f) {
-            const float g = 2.0f * d_sq[row];
-#pragma omp simd
-            for (int64_t j = 0; j < cols; ++j) di[j] += si[j] > -INFINITY ? g * si[j] : 0.0f;
+                for (int64_t j = 0; j < n; ++j) wi[j] = weight[j] * keep[j];
+            } else {
+                memcpy(wi, weight, sizeof(float) * n);
+            }
+            grad_row(d_w + at, weight, dropout ? keep : 0, si, d_norm[row], lse ? lse[row] : -INFINITY,
+                     lse ? d_lse[row] : 0.0f, d_sq ? d_sq[row] : 0.0f, n);
         }
     }
 }
