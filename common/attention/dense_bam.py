@@ -220,7 +220,9 @@ class _ChunkedNoisyAttention(torch.autograd.Function):
     While every chunk's scores and weights fit in :data:`KEEP_SCORES_BYTES` they are kept for the
     backward pass; beyond that the weights of the first chunks are kept while they fit in
     :data:`KEEP_BYTES`, and the backward pass recomputes the scores, and the others' weights with
-    their noise (the same ``softmax`` of the same ``z``, so the weights are bit for bit the forward's).
+    their noise: the fused kernels as ``exp(z_ij - LSEz_i)`` with the forward's normaliser ``LSEz_i``
+    (equal to the forward's weights to float32 rounding), the PyTorch path as the same ``softmax``
+    of the same ``z`` (bit for bit the forward's).
     """
 
     @staticmethod
