@@ -60,6 +60,10 @@ KEEP_BYTES = 256 << 20
 KEEP_SCORES_BYTES = 64 << 20
 #: A chunk's key count is rounded up to a multiple of this many (see :class:`_Chunk`).
 KEY_ALIGN = 16
+#: Past this many keys the fused backward pass splits rows into blocks of this many keys (a multiple
+#: of :data:`KEY_ALIGN`): the products of a [256 x 4096] tile run about a fifth faster than those
+#: of a [64 x 16384] one, whose dk and dv accumulators leave the cache.
+KEY_BLOCK = 4096
 _SEED_STRIDE = 0x9E3779B97F4A7C15
 
 
@@ -96,7 +100,7 @@ class Sampler:
         the scores' gradient in place of ``d_w``; returns the dropped weights (for ``dv``)."""
         dropped = work.take("weights", c)
         cpu_bam.regrad(d_w, dropped, s, lse_z, d_norm, self.seed, c.groups.start, c.rows.start, self._kind(),
-                       self.noise_scale, self.dropout, lse=lse, d_lse=d_lse, d_sq=d_sq)
+                       self.noise_scale, self.dropout, lse=lse, d_lse=d_lse, d_sq=d_sq, key=c.keys.start)
         return dropped
 
     def _kind(self) -> int:
@@ -190,19 +194,22 @@ _ONE_BITS = 0x3F800000  # the bits of 1.0f: OR-ed with 23 random mantissa bits, 
 
 
 class _Chunk:
-    """One tile of the work: heads ``groups``, queries ``rows``, and the keys before ``keys``.
+    """One tile of the work: heads ``groups``, queries ``rows``, and keys ``keys``, a slice that
+    starts at 0, or at ``key_start`` for a block of keys (the backward pass of long rows).
 
-    ``visible`` is one past the last key any of its queries sees: the keys after it get zero
-    weight and are skipped, except up to the next multiple of :data:`KEY_ALIGN` (``keys``),
-    which keeps the rows of the score tiles aligned (a product into rows of an odd length runs
-    at about half speed); those few are hidden by a fill of the tile's last columns.
+    ``last`` is one past the last key any of its queries sees: the keys after it get zero weight
+    and are skipped, except up to the next multiple of :data:`KEY_ALIGN`, which keeps the rows of
+    the score tiles aligned (a product into rows of an odd length runs at about half speed);
+    those few are hidden by a fill of the tile's columns from ``visible`` (an index into the tile).
     """
 
-    def __init__(self, groups: slice, rows: slice, visible: int, total_keys: int):
-        self.groups, self.rows, self.visible = groups, rows, visible
-        self.keys = keys = min(total_keys, -(-visible // KEY_ALIGN) * KEY_ALIGN)
-        self.where = (groups, rows, slice(0, keys))
-        self.shape = (groups.stop - groups.start, rows.stop - rows.start, keys)  # of its scores
+    def __init__(self, groups: slice, rows: slice, last: int, total_keys: int, key_start: int = 0,
+                 key_stop: Optional[int] = None):
+        stop = min(total_keys, -(-last // KEY_ALIGN) * KEY_ALIGN, total_keys if key_stop is None else key_stop)
+        self.groups, self.rows, self.keys = groups, rows, slice(key_start, stop)
+        self.visible = min(last, stop) - key_start
+        self.where = (groups, rows, self.keys)
+        self.shape = (groups.stop - groups.start, rows.stop - rows.start, stop - key_start)  # of its scores
         self.entries = math.prod(self.shape)
 
 
@@ -243,12 +250,14 @@ class _ChunkedNoisyAttention(torch.autograd.Function):
                          * (1 + scores_kept + bool(sampler.dropout) + (not fused and want_sq and mask is not None))
                          for c, mask in zip(chunks, visibles))
         keep_scores = tile_bytes <= min(KEEP_SCORES_BYTES, KEEP_BYTES)
-        budget = KEEP_BYTES
+        # long rows: the fused backward pass takes blocks of keys, whose products run faster, and keeps nothing
+        key_block = KEY_BLOCK if fused and not keep_scores and k.shape[-2] > KEY_BLOCK else None
+        budget = 0 if key_block else KEEP_BYTES
         work = None if keep_scores else _Workspace(q, chunks)  # kept scores need their own memory
         ctx.tiles = []
         for index, (c, visible) in enumerate(zip(chunks, visibles)):
             g, rows = c.groups, c.rows
-            s = _scores(q[g, rows], k[g, :c.keys], scale, visible, c, work)
+            s = _scores(q[g, rows], k[g, c.keys], scale, visible, c, work)
             if centers is not None:
                 proj[g, rows].baddbmm_(q[g, rows], centers[g].transpose(-1, -2), beta=0, alpha=scale)
             weight_bytes = c.entries * q.element_size() * (1 + bool(sampler.dropout))
@@ -272,9 +281,12 @@ class _ChunkedNoisyAttention(torch.autograd.Function):
             elif kept:
                 tile = (None, None, weights, keep)  # the weights while they fit: no noise to redraw
             ctx.tiles.append(tile)
-            torch.bmm(_dropped(weights, keep, c, work), v[g, :c.keys], out=out[g, rows])
+            torch.bmm(_dropped(weights, keep, c, work), v[g, c.keys], out=out[g, rows])
         ctx.save_for_backward(q, k, v, lse, out, key_weights, centers, lse_z)
-        ctx.scale, ctx.sampler, ctx.chunks, ctx.visibles = scale, sampler, chunks, visibles
+        if key_block:
+            chunks = _plan(q, k, key_mask, causal, key_block)
+            visibles = [_visible(key_mask, causal, c) for c in chunks]
+        ctx.scale, ctx.sampler, ctx.chunks, ctx.visibles = scale, sampler, chunks, visibles  # the backward pass's
         ctx.want_lse, ctx.want_sq, ctx.empty_rows, ctx.fused = want_lse, want_sq, empty_rows, fused
         ctx.mark_non_differentiable(*(() if want_lse else (lse,)), *(() if want_sq else (sq,)),
                                     *(() if centers is not None else (proj,)))
@@ -297,19 +309,20 @@ class _ChunkedNoisyAttention(torch.autograd.Function):
         dk_t = k.new_empty(k.shape[0], k.shape[2], k.shape[1])
         dv_t = v.new_empty(v.shape[0], v.shape[2], v.shape[1])
         d_centers = None if d_proj is None or centers is None else torch.zeros_like(centers)
+        # sum_j W_ij dW_ij = dO_i . O_i (W includes the dropout mask): the flash-attention identity
+        d_norms = (d_out * out).sum(-1)
         work = _Workspace(q, ctx.chunks)
         for index, (c, visible) in enumerate(zip(ctx.chunks, ctx.visibles)):
-            g, rows, keys = c.groups, c.rows, slice(0, c.keys)
-            q_c, first = q[g, rows], rows.start == 0  # a group's first chunk writes its dk, dv
-            s, s_real, weights, keep = tiles[index] or (None, None, None, None)
-            tiles[index] = None
+            g, rows, keys = c.groups, c.rows, c.keys
+            q_c, first = q[g, rows], rows.start == 0  # a group's first rows write its dk, dv
+            s, s_real, weights, keep = (tiles[index] if tiles else None) or (None, None, None, None)
+            if tiles:
+                tiles[index] = None
             if weights is None or (s is None and need_s) or (not fused and s_real is None and need_sq):
                 s = _scores(q_c, k[g, keys], scale, visible, c, work)
                 s_real = _real(s, visible, c, work) if ctx.want_sq and not fused else None
-            d_o = d_out[g, rows]
+            d_o, d_norm = d_out[g, rows], d_norms[g, rows]
             d_weights = torch.bmm(d_o, v[g, keys].transpose(-1, -2), out=work.take("d_weights", c))
-            # sum_j W_ij dW_ij = dO_i . O_i (W includes the dropout mask): the flash-attention identity
-            d_norm = (d_o * out[g, rows]).sum(-1)
             kl_grads = (lse[g, rows] if need_p else None, d_lse[g, rows] if need_p else None,
                         d_sq[g, rows] if need_sq else None)
             d_s = d_weights
@@ -324,8 +337,9 @@ class _ChunkedNoisyAttention(torch.autograd.Function):
                 else:
                     _softmax_gradient(d_s, weights, keep, d_norm, s, s_real, *kl_grads)
             _accumulate(dv_t, g, c.keys, d_o.transpose(-1, -2).contiguous(), dropped, first)
-            dq[g, rows].baddbmm_(d_s, k[g, keys], beta=0, alpha=scale)
-            if d_centers is not None:  # P_ir = scale q_i . C_r
+            # a row's first key block writes its dq (beta=0 ignores the uninitialised entries)
+            dq[g, rows].baddbmm_(d_s, k[g, keys], beta=0 if keys.start == 0 else 1, alpha=scale)
+            if d_centers is not None and keys.start == 0:  # P_ir = scale q_i . C_r
                 dq[g, rows].baddbmm_(d_proj[g, rows], centers[g], alpha=scale)
                 d_centers[g].baddbmm_(d_proj[g, rows].transpose(-1, -2), q_c, alpha=scale)
             _accumulate(dk_t, g, c.keys, q_c.transpose(-1, -2).contiguous(), d_s, first, alpha=scale)
@@ -337,12 +351,15 @@ class _ChunkedNoisyAttention(torch.autograd.Function):
                 d_key_weights)
 
 
-def _plan(q: Tensor, k: Tensor, key_mask: Optional[Tensor], causal: bool) -> list:
+def _plan(q: Tensor, k: Tensor, key_mask: Optional[Tensor], causal: bool, key_block: Optional[int] = None) -> list:
     """The chunks of at most :data:`CHUNK_ELEMENTS` score entries: whole heads with the same last
-    visible key while they fit, else one head's query rows; each skips the keys after that one."""
+    visible key while they fit, else one head's query rows; each skips the keys after that one.
+    With ``key_block``, a chunk's keys are split into blocks of that many (a multiple of
+    :data:`KEY_ALIGN`), in order, and its rows fill :data:`CHUNK_ELEMENTS` with blocks."""
     (G, Q, _), K = q.shape, k.shape[-2]
-    rows = max(1, min(Q, CHUNK_ELEMENTS // max(K, 1)))
-    groups = max(1, CHUNK_ELEMENTS // max(Q * K, 1)) if rows == Q else 1
+    width = K if key_block is None else min(K, key_block)
+    rows = max(1, min(Q, CHUNK_ELEMENTS // max(width, 1)))
+    groups = max(1, CHUNK_ELEMENTS // max(Q * width, 1)) if rows == Q else 1
     last = [K] * G  # one past each head's last visible key
     if key_mask is not None:
         last = (key_mask.squeeze(-2) * torch.arange(1, K + 1, device=k.device)).amax(-1).tolist()
@@ -354,10 +371,11 @@ def _plan(q: Tensor, k: Tensor, key_mask: Optional[Tensor], causal: bool) -> lis
         g, g0 = slice(g0, g1), g1
         for r0 in range(0, Q, rows):
             r = slice(r0, min(r0 + rows, Q))
-            keys = max(last[g])
+            keys = max(max(last[g]), 1)
             if causal:
                 keys = min(keys, r.stop)
-            chunks.append(_Chunk(g, r, max(keys, 1), K))
+            for k0 in range(0, keys, width):
+                chunks.append(_Chunk(g, r, keys, K, k0, k0 + width))
     return chunks
 
 
@@ -373,27 +391,28 @@ def _real(s: Tensor, visible: Optional[Tensor], c: _Chunk, work: Optional["_Work
 
 
 def _visible(key_mask: Optional[Tensor], causal: bool, c: _Chunk) -> Optional[Tensor]:
-    """The chunk's visibility (True = attend) over its ``c.keys`` keys, broadcastable to its
-    scores; None when every key before ``c.visible`` is visible (:func:`_scores` hides the rest)."""
-    mask = None if key_mask is None else key_mask[c.groups, :, :c.keys]
+    """The chunk's visibility (True = attend) over its ``c.keys``, broadcastable to its scores;
+    None when every key before ``c.visible`` is visible (:func:`_scores` hides the rest)."""
+    mask = None if key_mask is None else key_mask[c.groups, :, c.keys]
     if mask is not None and bool(mask[..., :c.visible].all()):  # a padding mask whose padding the chunk skips
         mask = None
     if not causal:
         return mask
     device = None if key_mask is None else key_mask.device
-    tri = torch.arange(c.rows.start, c.rows.stop, device=device)[:, None] >= torch.arange(c.keys, device=device)
+    tri = torch.arange(c.rows.start, c.rows.stop, device=device)[:, None] >= torch.arange(c.keys.start, c.keys.stop, device=device)
     return tri if mask is None else mask & tri
 
 
-def _accumulate(grad_t: Tensor, groups: slice, keys: int, a: Tensor, b: Tensor, first: bool,
+def _accumulate(grad_t: Tensor, groups: slice, keys: slice, a: Tensor, b: Tensor, first: bool,
                 alpha: float = 1.0) -> None:
-    """``grad_t[groups, :, :keys] += alpha a b``; a group's first chunk (``first``) writes it
-    instead and zeroes the keys after ``keys``, so ``grad_t`` needs no zero fill."""
+    """``grad_t[groups, :, keys] += alpha a b``; a group's first rows (``first``: their chunks come
+    first, key blocks in order) write it instead and zero the keys after ``keys``, so ``grad_t``
+    needs no zero fill."""
     if not first:
-        grad_t[groups, :, :keys].baddbmm_(a, b, alpha=alpha)
+        grad_t[groups, :, keys].baddbmm_(a, b, alpha=alpha)
         return
-    grad_t[groups, :, keys:].zero_()
-    grad_t[groups, :, :keys].baddbmm_(a, b, beta=0, alpha=alpha)  # beta=0 ignores the uninitialised entries
+    grad_t[groups, :, keys.stop:].zero_()
+    grad_t[groups, :, keys].baddbmm_(a, b, beta=0, alpha=alpha)  # beta=0 ignores the uninitialised entries
 
 
 def _scores(q_c: Tensor, k: Tensor, scale: float, visible: Optional[Tensor], c: _Chunk,
@@ -405,7 +424,7 @@ def _scores(q_c: Tensor, k: Tensor, scale: float, visible: Optional[Tensor], c: 
     s.baddbmm_(q_c, k.transpose(-1, -2), beta=0, alpha=scale)
     if visible is not None:
         s.add_(torch.zeros(visible.shape, dtype=s.dtype, device=s.device).masked_fill_(~visible, float("-inf")))
-    if c.keys > c.visible:
+    if c.shape[-1] > c.visible:
         s[..., c.visible:] = float("-inf")
     return s
 

@@ -131,7 +131,27 @@ def test_chunks_group_heads_by_padding_and_skip_it(monkeypatch):
     q, k, _, mask, _ = _inputs()
     plan = dense_bam._plan(q.reshape(-1, Q, D), k.reshape(-1, K, D), mask.expand(B, H, 1, K).reshape(-1, 1, K), False)
     assert [(c.groups, c.rows, c.visible, c.keys) for c in plan] == [
-        (slice(0, 2), slice(0, Q), 7, 7), (slice(2, 4), slice(0, Q), 3, 4), (slice(4, 6), slice(0, Q), 1, 4)]
+        (slice(0, 2), slice(0, Q), 7, slice(0, 7)), (slice(2, 4), slice(0, Q), 3, slice(0, 4)),
+        (slice(4, 6), slice(0, Q), 1, slice(0, 4))]
+
+
+def test_key_blocks_split_each_chunk_in_order_and_stop_at_its_last_visible_key(monkeypatch):
+    """With ``key_block`` a chunk's keys come in blocks, in order; the last block ends at the next
+    multiple of KEY_ALIGN after the last visible key, and hides the keys past it (``visible``)."""
+    monkeypatch.setattr(dense_bam, "KEY_ALIGN", 2)
+    monkeypatch.setattr(dense_bam, "CHUNK_ELEMENTS", 4 * Q)
+    q, k, _, mask, _ = _inputs()
+    plan = dense_bam._plan(q.reshape(-1, Q, D), k.reshape(-1, K, D), mask.expand(B, H, 1, K).reshape(-1, 1, K), False,
+                           key_block=4)
+    assert [(c.groups, c.rows, c.keys, c.visible, c.shape) for c in plan] == [
+        (slice(0, 1), slice(0, Q), slice(0, 4), 4, (1, Q, 4)), (slice(0, 1), slice(0, Q), slice(4, 7), 3, (1, Q, 3)),
+        (slice(1, 2), slice(0, Q), slice(0, 4), 4, (1, Q, 4)), (slice(1, 2), slice(0, Q), slice(4, 7), 3, (1, Q, 3)),
+        (slice(2, 3), slice(0, Q), slice(0, 4), 3, (1, Q, 4)), (slice(3, 4), slice(0, Q), slice(0, 4), 3, (1, Q, 4)),
+        (slice(4, 5), slice(0, Q), slice(0, 2), 1, (1, Q, 2)), (slice(5, 6), slice(0, Q), slice(0, 2), 1, (1, Q, 2))]
+    monkeypatch.setattr(dense_bam, "CHUNK_ELEMENTS", 4 * 4)  # four queries
+    causal = dense_bam._plan(q.reshape(-1, Q, D)[:1], k.reshape(-1, K, D)[:1], None, True, key_block=4)
+    assert [(c.rows, c.keys, c.visible) for c in causal] == [(slice(0, 4), slice(0, 4), 4),
+                                                             (slice(4, 6), slice(0, 4), 4), (slice(4, 6), slice(4, 6), 2)]
 
 
 def test_fully_masked_rows_give_exact_zeros_and_finite_gradients():

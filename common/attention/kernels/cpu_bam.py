@@ -92,7 +92,7 @@ def _library() -> Optional[ctypes.CDLL]:
     u64, u32, i32 = ctypes.c_uint64, ctypes.c_uint32, ctypes.c_int
     lib.bam_sample.argtypes = [ptr] * 6 + [i64] * 5 + [i32, u64, i32, f32, u32, f32, i32]
     lib.bam_grad.argtypes = [ptr] * 8 + [i64, i64, i32]
-    lib.bam_regrad.argtypes = [ptr] * 8 + [i64] * 5 + [i32, u64, i32, f32, u32, f32, i32]
+    lib.bam_regrad.argtypes = [ptr] * 8 + [i64] * 6 + [i32, u64, i32, f32, u32, f32, i32]
     for function in (lib.bam_sample, lib.bam_grad, lib.bam_regrad):
         function.restype = None
     return lib
@@ -157,16 +157,20 @@ def grad(d_w: Tensor, w: Tensor, keep: Optional[Tensor], d_norm: Tensor, s: Opti
 
 def regrad(d_w: Tensor, dropped: Tensor, s: Tensor, lse_z: Tensor, d_norm: Tensor, seed: int, group: int, query: int,
            kind: int, noise_scale: float, dropout: float = 0.0, lse: Optional[Tensor] = None,
-           d_lse: Optional[Tensor] = None, d_sq: Optional[Tensor] = None) -> None:
+           d_lse: Optional[Tensor] = None, d_sq: Optional[Tensor] = None, key: int = 0) -> None:
     """The backward pass of a chunk whose weights were not kept, in one visit of each row: its
     forward weights again, ``w = exp(s + noise_scale n - lse_z)`` with :func:`sample`'s noise and
     normaliser ``lse_z``, their dropped form ``w keep`` (``keep`` redrawn when ``dropout``) into
-    ``dropped``, and :func:`grad`'s scores gradient in place of ``d_w``. Shapes as :func:`grad`'s."""
+    ``dropped``, and :func:`grad`'s scores gradient in place of ``d_w``. Shapes as :func:`grad`'s;
+    the chunk may be a block of the rows' keys, from ``key`` (a multiple of 4) on."""
     lib = _library()
     G, R, K = d_w.shape
     if s.shape != d_w.shape or dropped.shape != d_w.shape:
         raise ValueError(f"regrad: s {tuple(s.shape)} and dropped {tuple(dropped.shape)} must have d_w's shape "
                          f"{tuple(d_w.shape)}")
-    lib.bam_regrad(*(_ptr(x) for x in (d_w, dropped, s, lse_z, d_norm, lse, d_lse, d_sq)), R, K, group, query, G * R,
+    if key % 4:
+        raise ValueError(f"regrad: a block of keys starts at a multiple of 4 (one Philox call's words), got {key}")
+    lib.bam_regrad(*(_ptr(x) for x in (d_w, dropped, s, lse_z, d_norm, lse, d_lse, d_sq)), R, K, group, query, key,
+                   G * R,
                    torch.get_num_threads(), seed % (1 << 64), kind, noise_scale,
                    *_dropout_args(dropout, bool(dropout)), int(bool(dropout)))

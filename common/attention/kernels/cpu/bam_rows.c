@@ -13,7 +13,8 @@
  *
  * bam_regrad: the backward pass of a tile whose weights were not kept, in one visit of each row:
  * the forward's weights again from its noise and LSEz_i, w_ij = exp(z_ij - LSEz_i), their dropped
- * form w_ij keep_ij into w (for dV), and bam_grad's d_s in place of d_w.
+ * form w_ij keep_ij into w (for dV), and bam_grad's d_s in place of d_w. Its keys start at k0 (a
+ * multiple of 4): the noise of key k0 + j; so the tile may be a block of the row's keys.
  *
  * Rows are [n_groups x n_rows] of `cols` floats, contiguous, split over `threads` OpenMP threads
  * (the runtime PyTorch's own operators use, where the compiler links the same libgomp). Masked
@@ -257,7 +258,7 @@ void bam_grad(float *d_w, const float *w, const float *keep, const float *s, con
 
 void bam_regrad(float *d_w, float *w, const float *s, const float *lse_z, const float *d_norm, const float *lse,
                 const float *d_lse, const float *d_sq, int64_t n_rows, int64_t cols, int64_t g0, int64_t r0,
-                int64_t rows, int threads, uint64_t seed, int kind, float noise_scale, uint32_t drop_threshold,
+                int64_t k0, int64_t rows, int threads, uint64_t seed, int kind, float noise_scale, uint32_t drop_threshold,
                 float drop_scale, int dropout) {
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t row = 0; row < rows; ++row) {
@@ -269,7 +270,7 @@ void bam_regrad(float *d_w, float *w, const float *s, const float *lse_z, const 
             const int64_t n = cols - j0 < BLOCK ? cols - j0 : BLOCK, at = row * cols + j0;
             const float *si = s + at;
             float *wi = w + at;
-            noise_block(noise, words, j0, n, seed, query, group, kind);
+            noise_block(noise, words, k0 + j0, n, seed, query, group, kind);
             if (l > -INFINITY) {
 #pragma omp simd
                 for (int64_t j = 0; j < n; ++j) weight[j] = expf(si[j] + noise_scale * noise[j] - l);
@@ -277,7 +278,7 @@ void bam_regrad(float *d_w, float *w, const float *s, const float *lse_z, const 
                 memset(weight, 0, sizeof(float) * n);
             }
             if (dropout) {
-                keep_block(keep, words, j0, n, seed, query, group, drop_threshold, drop_scale);
+                keep_block(keep, words, k0 + j0, n, seed, query, group, drop_threshold, drop_scale);
 #pragma omp simd
                 for (int64_t j = 0; j < n; ++j) wi[j] = weight[j] * keep[j];
             } else {
