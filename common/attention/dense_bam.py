@@ -267,7 +267,8 @@ class _ChunkedNoisyAttention(torch.autograd.Function):
             s_real = None
             if fused:  # noise, softmax, dropout, LSE and S2 in one visit of each row
                 weights, keep = sampler.sample_fused(s, c, None if kept else work, lse_z[g, rows],
-                                                     lse[g, rows] if want_lse else None, sq[g, rows] if want_sq else None)
+                                                     lse[g, rows] if want_lse else None,
+                                                     sq[g, rows] if want_sq else None)
             else:
                 if want_lse:
                     lse[g, rows] = _logsumexp(s, work)
@@ -399,7 +400,8 @@ def _visible(key_mask: Optional[Tensor], causal: bool, c: _Chunk) -> Optional[Te
     if not causal:
         return mask
     device = None if key_mask is None else key_mask.device
-    tri = torch.arange(c.rows.start, c.rows.stop, device=device)[:, None] >= torch.arange(c.keys.start, c.keys.stop, device=device)
+    queries, keys = (torch.arange(x.start, x.stop, device=device) for x in (c.rows, c.keys))
+    tri = queries[:, None] >= keys
     return tri if mask is None else mask & tri
 
 

@@ -150,8 +150,8 @@ def test_key_blocks_split_each_chunk_in_order_and_stop_at_its_last_visible_key(m
         (slice(4, 5), slice(0, Q), slice(0, 2), 1, (1, Q, 2)), (slice(5, 6), slice(0, Q), slice(0, 2), 1, (1, Q, 2))]
     monkeypatch.setattr(dense_bam, "CHUNK_ELEMENTS", 4 * 4)  # four queries
     causal = dense_bam._plan(q.reshape(-1, Q, D)[:1], k.reshape(-1, K, D)[:1], None, True, key_block=4)
-    assert [(c.rows, c.keys, c.visible) for c in causal] == [(slice(0, 4), slice(0, 4), 4),
-                                                             (slice(4, 6), slice(0, 4), 4), (slice(4, 6), slice(4, 6), 2)]
+    assert [(c.rows, c.keys, c.visible) for c in causal] == [
+        (slice(0, 4), slice(0, 4), 4), (slice(4, 6), slice(0, 4), 4), (slice(4, 6), slice(4, 6), 2)]
 
 
 def test_fully_masked_rows_give_exact_zeros_and_finite_gradients():

@@ -201,11 +201,14 @@ def test_rows_split_over_threads_give_the_same_result():
     try:
         for n in (1, 3):
             torch.set_num_threads(n)
-            w, keep, lse, lse_z = torch.empty_like(s), torch.empty_like(s), *(torch.empty(s.shape[:2]) for _ in range(2))
-            cpu_bam.sample(s, w, SEED, 2, 0, cpu_bam.NOISE_WEIBULL, 1.0, keep=keep, dropout=0.2, lse=lse, lse_z=lse_z)
+            w, keep = torch.empty_like(s), torch.empty_like(s)
+            lse, lse_z = torch.empty(s.shape[:2]), torch.empty(s.shape[:2])
+            cpu_bam.sample(s, w, SEED, 2, 0, cpu_bam.NOISE_WEIBULL, 1.0, keep=keep, dropout=0.2, lse=lse,
+                           lse_z=lse_z)
             d_s, regrad_s, dropped = d_w.clone(), d_w.clone(), torch.empty_like(s)
             cpu_bam.grad(d_s, w, keep, d_norm, s, lse, d_norm, d_norm)
-            cpu_bam.regrad(regrad_s, dropped, s, lse_z, d_norm, SEED, 2, 0, cpu_bam.NOISE_WEIBULL, 1.0, 0.2, lse, d_norm)
+            cpu_bam.regrad(regrad_s, dropped, s, lse_z, d_norm, SEED, 2, 0, cpu_bam.NOISE_WEIBULL, 1.0, 0.2, lse,
+                           d_norm)
             results.append((w, keep, lse, lse_z, d_s, regrad_s, dropped))
     finally:
         torch.set_num_threads(threads)

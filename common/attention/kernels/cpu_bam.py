@@ -56,7 +56,8 @@ def _compile(target: Path, compiler: str, flags: list) -> None:
     """Builds the kernels with OpenMP and glibc's vector math where the compiler has them, else
     without: OpenMP's loops then run on one thread, and the vector loops call the scalar functions."""
     mvec = ["-DATTN_LIBMVEC", "-lmvec"] if sys.platform.startswith("linux") and platform.machine() == "x86_64" else []
-    options = [threads + math for threads in (["-fopenmp"], ["-fopenmp-simd"]) for math in ((mvec, []) if mvec else ([],))]
+    options = [threads + math for threads in (["-fopenmp"], ["-fopenmp-simd"])
+               for math in ((mvec, []) if mvec else ([],))]
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         built = Path(tmp) / target.name
@@ -138,8 +139,8 @@ def sample(s: Tensor, out: Tensor, seed: int, group: int, query: int, kind: int,
     if lse_z is not None and not softmax:
         raise ValueError("sample: lse_z is the softmax's normaliser; it needs softmax=True")
     lib.bam_sample(*(_ptr(x) for x in (s, out, keep, lse, sq, lse_z)), R, K, group, query, G * R,
-                   torch.get_num_threads(), seed % (1 << 64), kind, noise_scale, *_dropout_args(dropout, keep is not None),
-                   int(softmax))
+                   torch.get_num_threads(), seed % (1 << 64), kind, noise_scale,
+                   *_dropout_args(dropout, keep is not None), int(softmax))
 
 
 def grad(d_w: Tensor, w: Tensor, keep: Optional[Tensor], d_norm: Tensor, s: Optional[Tensor] = None,

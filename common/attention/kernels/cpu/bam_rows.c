@@ -258,8 +258,8 @@ void bam_grad(float *d_w, const float *w, const float *keep, const float *s, con
 
 void bam_regrad(float *d_w, float *w, const float *s, const float *lse_z, const float *d_norm, const float *lse,
                 const float *d_lse, const float *d_sq, int64_t n_rows, int64_t cols, int64_t g0, int64_t r0,
-                int64_t k0, int64_t rows, int threads, uint64_t seed, int kind, float noise_scale, uint32_t drop_threshold,
-                float drop_scale, int dropout) {
+                int64_t k0, int64_t rows, int threads, uint64_t seed, int kind, float noise_scale,
+                uint32_t drop_threshold, float drop_scale, int dropout) {
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t row = 0; row < rows; ++row) {
         uint32_t words[BLOCK];
