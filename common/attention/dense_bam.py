@@ -285,9 +285,10 @@ class _ChunkedNoisyAttention(torch.autograd.Function):
             ctx.tiles.append(tile)
             torch.bmm(_dropped(weights, keep, c, work), v[g, c.keys], out=out[g, rows])
         ctx.save_for_backward(q, k, v, lse, out, key_weights, centers, lse_z)
-        if key_block:
+        if key_block:  # nothing was kept (budget 0): the backward pass's own chunks, each recomputed
             chunks = _plan(q, k, key_mask, causal, key_block)
             visibles = [_visible(key_mask, causal, c) for c in chunks]
+            ctx.tiles = [None] * len(chunks)
         ctx.scale, ctx.sampler, ctx.chunks, ctx.visibles = scale, sampler, chunks, visibles  # the backward pass's
         ctx.want_lse, ctx.want_sq, ctx.empty_rows, ctx.fused = want_lse, want_sq, empty_rows, fused
         ctx.mark_non_differentiable(*(() if want_lse else (lse,)), *(() if want_sq else (sq,)),
@@ -317,9 +318,8 @@ class _ChunkedNoisyAttention(torch.autograd.Function):
         for index, (c, visible) in enumerate(zip(ctx.chunks, ctx.visibles)):
             g, rows, keys = c.groups, c.rows, c.keys
             q_c, first = q[g, rows], rows.start == 0  # a group's first rows write its dk, dv
-            s, s_real, weights, keep = (tiles[index] if tiles else None) or (None, None, None, None)
-            if tiles:
-                tiles[index] = None
+            s, s_real, weights, keep = tiles[index] or (None, None, None, None)
+            tiles[index] = None
             if weights is None or (s is None and need_s) or (not fused and s_real is None and need_sq):
                 s = _scores(q_c, k[g, keys], scale, visible, c, work)
                 s_real = _real(s, visible, c, work) if ctx.want_sq and not fused else None

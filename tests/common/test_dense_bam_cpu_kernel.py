@@ -267,14 +267,15 @@ def test_drawn_sample_does_not_depend_on_the_chunking(name, monkeypatch):
 
 @needs_kernels
 @pytest.mark.parametrize("case", CASES)
-@pytest.mark.parametrize("keep", [*KEEP, "none, in blocks of keys"])
+@pytest.mark.parametrize("keep", [*KEEP, "none, in blocks of keys", "none, in blocks of keys, more chunks"])
 def test_kernel_path_equals_materialised_under_its_noise(case, keep, monkeypatch):
     """Drawn noise through the fused kernels, against the materialised path given the same noise
     (the kernel's standard noise of every (head, query, key)): output, KL and gradients; the
-    backward pass of long rows takes blocks of 4 keys (two per row here)."""
+    backward pass of long rows takes blocks of 4 keys (two per row here), in as many chunks as
+    the forward pass, or in more (two queries per forward chunk, three per backward one)."""
     name, use_mask, causal, options = case if len(case) == 4 else (*case, {})
     norm = attention.build(name, key_dim=D, k=4.0, sigma=0.5, **options).train()
-    monkeypatch.setattr(dense_bam, "CHUNK_ELEMENTS", K * 4)
+    monkeypatch.setattr(dense_bam, "CHUNK_ELEMENTS", K * (2 if keep.endswith("more chunks") else 4))
     monkeypatch.setattr(dense_bam, "KEEP_BYTES", KEEP.get(keep, 0))
     if keep not in KEEP:
         monkeypatch.setattr(dense_bam, "KEY_BLOCK", 4)
