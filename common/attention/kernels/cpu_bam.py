@@ -172,6 +172,5 @@ def regrad(d_w: Tensor, dropped: Tensor, s: Tensor, lse_z: Tensor, d_norm: Tenso
     if key % 4:
         raise ValueError(f"regrad: a block of keys starts at a multiple of 4 (one Philox call's words), got {key}")
     lib.bam_regrad(*(_ptr(x) for x in (d_w, dropped, s, lse_z, d_norm, lse, d_lse, d_sq)), R, K, group, query, key,
-                   G * R,
-                   torch.get_num_threads(), seed % (1 << 64), kind, noise_scale,
+                   G * R, torch.get_num_threads(), seed % (1 << 64), kind, noise_scale,
                    *_dropout_args(dropout, bool(dropout)), int(bool(dropout)))

@@ -269,22 +269,20 @@ void bam_regrad(float *d_w, float *w, const float *s, const float *lse_z, const 
         for (int64_t j0 = 0; j0 < cols; j0 += BLOCK) {
             const int64_t n = cols - j0 < BLOCK ? cols - j0 : BLOCK, at = row * cols + j0;
             const float *si = s + at;
-            float *wi = w + at;
+            float *wi = w + at, *wt = dropout ? weight : wi; /* the undropped weights: w itself without dropout */
             noise_block(noise, words, k0 + j0, n, seed, query, group, kind);
             if (l > -INFINITY) {
 #pragma omp simd
-                for (int64_t j = 0; j < n; ++j) weight[j] = expf(si[j] + noise_scale * noise[j] - l);
+                for (int64_t j = 0; j < n; ++j) wt[j] = expf(si[j] + noise_scale * noise[j] - l);
             } else {
-                memset(weight, 0, sizeof(float) * n);
+                memset(wt, 0, sizeof(float) * n);
             }
             if (dropout) {
                 keep_block(keep, words, k0 + j0, n, seed, query, group, drop_threshold, drop_scale);
 #pragma omp simd
                 for (int64_t j = 0; j < n; ++j) wi[j] = weight[j] * keep[j];
-            } else {
-                memcpy(wi, weight, sizeof(float) * n);
             }
-            grad_row(d_w + at, weight, dropout ? keep : 0, si, d_norm[row], lse ? lse[row] : -INFINITY,
+            grad_row(d_w + at, wt, dropout ? keep : 0, si, d_norm[row], lse ? lse[row] : -INFINITY,
                      lse ? d_lse[row] : 0.0f, d_sq ? d_sq[row] : 0.0f, n);
         }
     }
