@@ -168,9 +168,12 @@ static void keep_block(float *keep, uint32_t *words, int64_t j0, int64_t n, uint
     for (int64_t j = 0; j < n; ++j) keep[j] = (words[j] & 0xFFFFFFu) >= drop_threshold ? drop_scale : 0.0f;
 }
 
-/* d_s of one row's n entries in place of d (see bam_grad); keep, lse_i's terms optional */
-static void grad_row(float *d, const float *w, const float *keep, const float *s, float d_norm, float lse,
-                     float d_lse, float d_sq, int64_t n) {
+/* d_s of n entries of row `row` in place of d (see bam_grad); keep and the per-row lse/d_lse and
+ * d_sq (the LSE and square-sum terms) are optional */
+static void grad_row(float *d, const float *w, const float *keep, const float *s, float d_norm,
+                     const float *lse_rows, const float *d_lse_rows, const float *d_sq_rows, int64_t row, int64_t n) {
+    const float lse = lse_rows ? lse_rows[row] : -INFINITY, d_lse = lse_rows ? d_lse_rows[row] : 0.0f;
+    const float d_sq = d_sq_rows ? d_sq_rows[row] : 0.0f;
     if (keep) {
 #pragma omp simd
         for (int64_t j = 0; j < n; ++j) d[j] = (d[j] * keep[j] - d_norm) * w[j];
@@ -251,8 +254,7 @@ void bam_grad(float *d_w, const float *w, const float *keep, const float *s, con
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t row = 0; row < rows; ++row) {
         const int64_t at = row * cols;
-        grad_row(d_w + at, w + at, keep ? keep + at : 0, s ? s + at : 0, d_norm[row], lse ? lse[row] : -INFINITY,
-                 lse ? d_lse[row] : 0.0f, d_sq ? d_sq[row] : 0.0f, cols);
+        grad_row(d_w + at, w + at, keep ? keep + at : 0, s ? s + at : 0, d_norm[row], lse, d_lse, d_sq, row, cols);
     }
 }
 
@@ -282,8 +284,7 @@ void bam_regrad(float *d_w, float *w, const float *s, const float *lse_z, const 
 #pragma omp simd
                 for (int64_t j = 0; j < n; ++j) wi[j] = weight[j] * keep[j];
             }
-            grad_row(d_w + at, wt, dropout ? keep : 0, si, d_norm[row], lse ? lse[row] : -INFINITY,
-                     lse ? d_lse[row] : 0.0f, d_sq ? d_sq[row] : 0.0f, n);
+            grad_row(d_w + at, wt, dropout ? keep : 0, si, d_norm[row], lse, d_lse, d_sq, row, n);
         }
     }
 }
