@@ -25,18 +25,22 @@ from torch import Tensor, nn
 from .base import Normalizer
 from .functional import bisect_iterations, entmax_bisect_groups
 from .groups import DenseGroups
-from .kernels import use_triton
+from .kernels import KernelFailure, fall_back, use_triton
 
 MIN_ALPHA = 1.01
 
 
 def _fused(scores: Tensor, alpha, groups, n_iter: Optional[int]) -> Optional[Tensor]:
     """The fused Triton bisection where it applies, else ``None`` (take the PyTorch path)."""
-    if not use_triton(scores):
+    if not use_triton(scores, "entmax"):
         return None
     from .kernels.entmax_bisect import entmax_bisect_groups as fused_bisect
 
-    return fused_bisect(scores, alpha, groups, n_iter or bisect_iterations(scores.dtype))
+    try:
+        return fused_bisect(scores, alpha, groups, n_iter or bisect_iterations(scores.dtype))
+    except KernelFailure as failure:  # cannot compile or run on this GPU: warn once, PyTorch path from now on
+        fall_back(failure)
+        return None
 
 
 def _dense_fill(scores: Tensor, groups: DenseGroups) -> Tensor:

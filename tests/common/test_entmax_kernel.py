@@ -132,3 +132,44 @@ def test_normalizers_dispatch_to_the_kernel_with_attn_triton(name, monkeypatch):
     edge = norm(e_scores, index=index, num_nodes=n)
     monkeypatch.setenv("ATTN_TRITON", "0")
     assert len(calls) == 2 and torch.allclose(edge, norm(e_scores, index=index, num_nodes=n), atol=1e-5)
+
+
+@pytest.mark.parametrize("alpha", ["learned", 1.5, 2.0])
+def test_groups_longer_than_the_register_block_stream_the_rest(alpha, monkeypatch):
+    """Rows of 40 keys and a hub node of 40 edges with 16 register lanes: the kernel reads the
+    entries past its first block at every pass and equals the one-block result and the reference."""
+    g = torch.Generator().manual_seed(5)
+    scores = (torch.randn(1, 3, 4, 40, generator=g, dtype=torch.float64) * 3).requires_grad_()
+    mask = torch.rand(1, 1, 4, 40, generator=g) > 0.2
+    mask[0, 0, 3] = False  # a fully masked row
+    a = ALPHAS.clone().requires_grad_() if alpha == "learned" else alpha
+    upstream = torch.randn(scores.shape, generator=g, dtype=torch.float64)
+    one_block = fused.entmax_bisect_dense(scores, a, mask, n_iter=N_ITER)
+    grads = _grads(one_block, upstream, scores, *([a] if alpha == "learned" else []))
+    monkeypatch.setattr(fused, "DENSE_BLOCK", 16)
+    monkeypatch.setattr(fused, "CSR_BLOCK", 16)
+    streamed = fused.entmax_bisect_dense(scores, a, mask, n_iter=N_ITER)
+    assert torch.allclose(streamed, one_block, atol=1e-12)
+    for x, y in zip(_grads(streamed, upstream, scores, *([a] if alpha == "learned" else [])), grads):
+        assert torch.allclose(x, y, atol=1e-10)
+    # edge-wise: each (batch, query) is a node, 28-40 edges each; the CSR block follows the mean degree (capped at 16)
+    e_scores, index, n, _, _, pos = dense_to_edges(scores.detach(), mask)
+    ptr = torch.cat([torch.zeros(1, dtype=torch.long), torch.bincount(index, minlength=n).cumsum(0)])
+    edge = fused.entmax_bisect_csr(e_scores, ALPHAS if alpha == "learned" else alpha, ptr, n_iter=N_ITER)
+    assert torch.allclose(edges_to_dense(edge, pos, scores.shape), one_block.detach(), atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("alpha", ["learned", 1.5, 2.0])
+def test_half_precision_inputs_are_computed_in_float32(dtype, alpha):
+    """bf16/fp16 scores: the kernel computes in float32 (Triton's log/exp2/sqrt take no half types) and
+    stores the weights in the input dtype: the float32 result to within one rounding (the interpreter
+    rounds toward zero, a GPU to nearest)."""
+    scores, mask, _, upstream = _case(seed=6, heads=3, dtype=torch.float32)
+    half = scores.detach().to(dtype).requires_grad_()
+    a = ALPHAS.float() if alpha == "learned" else alpha
+    ours = fused.entmax_bisect_dense(half, a, mask)
+    ref = fused.entmax_bisect_dense(half.detach().float(), a, mask)
+    assert ours.dtype == dtype and torch.allclose(ours.float(), ref, rtol=torch.finfo(dtype).eps, atol=1e-7)
+    (d_half,) = _grads(ours, upstream.to(dtype), half)
+    assert d_half.dtype == dtype and d_half.isfinite().all()

@@ -12,13 +12,26 @@ for the tensor at hand, from ``ATTN_TRITON``:
 
 ``TRITON_INTERPRET`` is read when a kernel module is imported: set it before importing
 ``common.attention.kernels.<module>`` (the test suite's ``conftest.py`` does).
+
+A kernel that cannot compile or load on the GPU at hand (an older GPU, another Triton version)
+must not end a user's run: kernels are launched through :func:`launch`, the backward kernels are
+compiled and loaded by :func:`precompile` while the forward runs, and either raises
+:class:`KernelFailure`; the normalizer then calls :func:`fall_back`, which warns once with the
+kernel's name and the reason, and turns its family (``dense_bam``, ``edge_bam``, ``entmax``) off
+for the rest of the process: :func:`use_triton` says no and the PyTorch path runs.
 """
 from __future__ import annotations
 
 import functools
 import os
+import warnings
+from typing import Hashable
 
 from torch import Tensor
+
+#: Kernel families that failed here, with the reason; they take the PyTorch path from then on.
+FAILED: dict = {}
+_PRECOMPILED: set = set()
 
 
 @functools.lru_cache(maxsize=None)
@@ -36,9 +49,55 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
-def use_triton(x: Tensor) -> bool:
-    """Whether the fused kernels should handle ``x`` (see the module docstring for ``ATTN_TRITON``)."""
+def use_triton(x: Tensor, family: str = "") -> bool:
+    """Whether the fused kernels (of ``family``, unless it failed here) should handle ``x`` (see the
+    module docstring for ``ATTN_TRITON``)."""
     mode = os.environ.get("ATTN_TRITON", "auto")
-    if mode == "0" or not triton_available():
+    if mode == "0" or family in FAILED or not triton_available():
         return False
     return x.is_cuda or (mode == "1" and x.device.type == "cpu" and interpreting())
+
+
+class KernelFailure(RuntimeError):
+    """A Triton kernel of ``family`` failed to compile, load or launch."""
+
+    def __init__(self, family: str, kernel, error: BaseException):
+        self.family, self.kernel = family, getattr(getattr(kernel, "fn", kernel), "__name__", repr(kernel))
+        self.reason = f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
+        super().__init__(f"Triton kernel {self.kernel} ({family}) failed: {self.reason}")
+
+
+def launch(family: str, kernel, grid, *args, **kwargs) -> None:
+    """``kernel[grid](*args, **kwargs)``; a failure to compile, load or launch raises :class:`KernelFailure`."""
+    try:
+        kernel[grid](*args, **kwargs)
+    except Exception as err:
+        raise KernelFailure(family, kernel, err) from err
+
+
+def precompile(family: str, key: Hashable, kernel, grid, *args, **kwargs) -> None:
+    """Compile and load ``kernel`` for these arguments without running it, once per ``key`` (the
+    caller's summary of what Triton specialises on): the forward pass calls it for its backward
+    kernels, so that a backward kernel that cannot run here fails while the normalizer can still
+    take the PyTorch path. A no-op under the interpreter."""
+    if interpreting() or (kernel, key) in _PRECOMPILED:
+        return
+    try:
+        kernel.warmup(*args, grid=grid, **kwargs)._init_handles()
+    except Exception as err:
+        raise KernelFailure(family, kernel, err) from err
+    _PRECOMPILED.add((kernel, key))
+
+
+def int_key(*values: int) -> tuple:
+    """What Triton specialises integer arguments on (equal to 1, divisible by 16), for :func:`precompile` keys."""
+    return tuple((v == 1, v % 16 == 0) for v in values)
+
+
+def fall_back(failure: KernelFailure) -> None:
+    """Turn ``failure.family`` off for this process (:func:`use_triton` says no from now on), with one warning."""
+    if failure.family not in FAILED:
+        FAILED[failure.family] = failure.reason
+        warnings.warn(f"{failure}; the {failure.family} kernels are off for the rest of this process and the "
+                      "PyTorch path runs instead (set ATTN_TRITON=0 to skip them from the start)", RuntimeWarning,
+                      stacklevel=3)

@@ -2,9 +2,14 @@
 
 Same maths as :func:`common.attention.functional.entmax_bisect_groups` (Blondel et al., 2019;
 Peters et al., 2019, Eq. 9): ``p_j = [(alpha-1) z_j - tau]_+^{1/(alpha-1)}`` with ``tau`` found by
-bisecting ``[max - 1, max - d^{1-alpha}]``, the last iterate renormalised. A group's scores stay in
-registers for all the iterations, so a call reads the scores once and writes the weights once
-(the PyTorch path makes a full pass over memory per iteration). For sparsemax and 1.5-entmax
+bisecting ``[max - 1, max - d^{1-alpha}]``, the last iterate renormalised. The first ``BLOCK``
+entries of a group stay in registers for all the iterations, so a call on groups that fit reads
+the scores once and writes the weights once (the PyTorch path makes a full pass over memory per
+iteration); the entries of a longer group past its first block are read again at every pass
+(from the cache), so one long group (a hub node) does not widen every program. ``BLOCK`` comes
+from the shapes alone (the row length, or the mean degree), never from the data: choosing it
+reads nothing back from the GPU. Everything is computed in float32 (float64 for float64 inputs)
+whatever the input dtype; the weights are stored in it. For sparsemax and 1.5-entmax
 the threshold is then recomputed in closed form on the support found, as the exact sort-based
 algorithms compute it.
 
@@ -24,9 +29,21 @@ import triton.language as tl
 from torch import Tensor
 
 from ..groups import DenseGroups
+from . import int_key, launch, precompile
 
-#: Longest group held in registers; longer groups take the PyTorch path.
-MAX_BLOCK = 16384
+#: Most entries of a dense row held in registers (with 8 warps: 16 per thread, no spills).
+DENSE_BLOCK = 4096
+#: Most entries of a CSR segment held in registers; the block follows the mean degree up to this.
+CSR_BLOCK = 1024
+
+
+@triton.jit
+def _upcast(x):
+    """Half-precision values as float32 (Triton's log, exp2 and sqrt take float32 or float64); others as they are."""
+    if x.dtype.primitive_bitwidth < 32:
+        return x.to(tl.float32)
+    else:
+        return x
 
 
 @triton.jit
@@ -42,26 +59,9 @@ def _power(t, exponent, POWER: tl.constexpr):
 
 
 @triton.jit
-def _exact_on_support(x, support, POWER: tl.constexpr):
-    """Sparsemax and 1.5-entmax in closed form on the support the bisection found (the sort-based
-    algorithms' ``tau``: Martins & Astudillo, 2016, Eq. 3; Peters et al., 2019, Alg. 2)."""
-    size = tl.maximum(tl.sum(support.to(x.dtype), 0), 1.0)
-    mean = tl.sum(tl.where(support, x, 0.0), 0) / size
-    if POWER == 1:
-        tau = mean - 1 / size
-        return tl.maximum(x - tau, 0.0)
-    else:
-        spread = tl.sum(tl.where(support, (x - mean) * (x - mean), 0.0), 0)
-        tau = mean - tl.sqrt(tl.maximum((1 - spread) / size, 0.0))
-        t = tl.maximum(x - tau, 0.0)
-        return t * t
-
-
-@triton.jit
-def _row(row, ptr_ptr, alpha_ptr, n_cols, step, alpha_div, alpha_mod, alpha_stride, BLOCK: tl.constexpr,
-         CSR: tl.constexpr):
-    """The offsets of a program's row (a dense row, or one head of a CSR segment), which of its
-    ``BLOCK`` lanes hold scores, and its alpha."""
+def _row(row, ptr_ptr, alpha_ptr, n_cols, step, alpha_div, alpha_mod, alpha_stride, CSR: tl.constexpr):
+    """A program's group (a dense row, or one head of a CSR segment): the offset of its first entry,
+    its length (entries ``step`` apart) and its alpha."""
     if CSR:
         start = tl.load(ptr_ptr + row // step)
         length = tl.load(ptr_ptr + row // step + 1) - start
@@ -69,36 +69,103 @@ def _row(row, ptr_ptr, alpha_ptr, n_cols, step, alpha_div, alpha_mod, alpha_stri
     else:
         length = n_cols
         base = row * n_cols
-    idx = tl.arange(0, BLOCK)
-    valid = idx < length
-    alpha = tl.load(alpha_ptr + ((row // alpha_div) % alpha_mod) * alpha_stride)
-    return base + idx * step, valid, alpha
+    alpha = _upcast(tl.load(alpha_ptr + ((row // alpha_div) % alpha_mod) * alpha_stride))
+    return base, length, alpha
+
+
+@triton.jit
+def _scaled(x_ptr, base, lanes, length, step, am1):
+    """``(alpha - 1) x`` of the group's entries ``lanes`` (``-inf`` past its end), in float32 at least."""
+    return _upcast(tl.load(x_ptr + base + lanes * step, mask=lanes < length, other=float("-inf"))) * am1
+
+
+@triton.jit
+def _mass(x, x_ptr, base, length, step, am1, tau, exponent, POWER: tl.constexpr, BLOCK: tl.constexpr):
+    """``sum_j [x_j - tau]_+^exponent`` over the group: its first ``BLOCK`` entries ``x`` are in
+    registers, the rest (groups longer than ``BLOCK``) are read block by block."""
+    total = tl.sum(_power(tl.maximum(x - tau, 0.0), exponent, POWER), 0)
+    for start in range(BLOCK, length, BLOCK):
+        xs = _scaled(x_ptr, base, start + tl.arange(0, BLOCK), length, step, am1)
+        total += tl.sum(_power(tl.maximum(xs - tau, 0.0), exponent, POWER), 0)
+    return total
+
+
+@triton.jit
+def _exact_tau(x, x_ptr, base, length, step, am1, tau, POWER: tl.constexpr, BLOCK: tl.constexpr):
+    """The threshold of sparsemax and 1.5-entmax in closed form on the support ``x > tau`` the bisection
+    found (the sort-based algorithms' ``tau``: Martins & Astudillo, 2016, Eq. 3; Peters et al., 2019, Alg. 2)."""
+    support = x > tau
+    size = tl.sum(support.to(x.dtype), 0)
+    total = tl.sum(tl.where(support, x, 0.0), 0)
+    for start in range(BLOCK, length, BLOCK):
+        xs = _scaled(x_ptr, base, start + tl.arange(0, BLOCK), length, step, am1)
+        size += tl.sum((xs > tau).to(x.dtype), 0)
+        total += tl.sum(tl.where(xs > tau, xs, 0.0), 0)
+    size = tl.maximum(size, 1.0)
+    mean = total / size
+    if POWER == 1:
+        return mean - 1 / size
+    else:
+        spread = tl.sum(tl.where(support, (x - mean) * (x - mean), 0.0), 0)
+        for start in range(BLOCK, length, BLOCK):
+            xs = _scaled(x_ptr, base, start + tl.arange(0, BLOCK), length, step, am1)
+            spread += tl.sum(tl.where(xs > tau, (xs - mean) * (xs - mean), 0.0), 0)
+        return mean - tl.sqrt(tl.maximum((1 - spread) / size, 0.0))
 
 
 @triton.jit
 def _entmax_fwd(x_ptr, out_ptr, alpha_ptr, ptr_ptr, n_cols, step, alpha_div, alpha_mod, alpha_stride, n_iter,
                 BLOCK: tl.constexpr, CSR: tl.constexpr, POWER: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
-    offs, valid, alpha = _row(row, ptr_ptr, alpha_ptr, n_cols, step, alpha_div, alpha_mod, alpha_stride, BLOCK, CSR)
+    base, length, alpha = _row(row, ptr_ptr, alpha_ptr, n_cols, step, alpha_div, alpha_mod, alpha_stride, CSR)
+    lanes = tl.arange(0, BLOCK)
     am1 = alpha - 1
     exponent = 1 / am1
-    x = tl.load(x_ptr + offs, mask=valid, other=float("-inf")) * am1
+    x = _scaled(x_ptr, base, lanes, length, step, am1)
     count = tl.sum((x > float("-inf")).to(x.dtype), 0)
-    top = tl.where(count > 0, tl.max(x, 0), 0.0)  # a fully masked group ends all zero
+    top = tl.max(x, 0)
+    for start in range(BLOCK, length, BLOCK):
+        xs = _scaled(x_ptr, base, start + lanes, length, step, am1)
+        count += tl.sum((xs > float("-inf")).to(x.dtype), 0)
+        top = tl.maximum(top, tl.max(xs, 0))
+    top = tl.where(count > 0, top, 0.0)  # a fully masked group ends all zero
     tau_lo = top - 1
     width = 1 - tl.exp2((1 - alpha) * tl.log2(tl.maximum(count, 1.0)))  # 1 - d^(1-alpha)
-    f_lo = tl.sum(_power(tl.maximum(x - tau_lo, 0.0), exponent, POWER), 0) - 1
-    p = tl.zeros([BLOCK], dtype=x.dtype)
+    f_lo = _mass(x, x_ptr, base, length, step, am1, tau_lo, exponent, POWER, BLOCK) - 1
+    tau = tau_lo
     for _ in range(n_iter):
         width = width / 2
-        tau_mid = tau_lo + width
-        p = _power(tl.maximum(x - tau_mid, 0.0), exponent, POWER)
-        f_mid = tl.sum(p, 0) - 1
-        tau_lo = tl.where(f_mid * f_lo >= 0, tau_mid, tau_lo)
-    if POWER != 0:
-        p = _exact_on_support(x, p > 0, POWER)
-    total = tl.sum(p, 0)
-    tl.store(out_ptr + offs, p / tl.where(total > 0, total, 1.0), mask=valid)
+        tau = tau_lo + width
+        f_mid = _mass(x, x_ptr, base, length, step, am1, tau, exponent, POWER, BLOCK) - 1
+        tau_lo = tl.where(f_mid * f_lo >= 0, tau, tau_lo)
+    if POWER != 0:  # tau: the last midpoint, whose support the closed form takes
+        tau = _exact_tau(x, x_ptr, base, length, step, am1, tau, POWER, BLOCK)
+    total = _mass(x, x_ptr, base, length, step, am1, tau, exponent, POWER, BLOCK)
+    scale = 1 / tl.where(total > 0, total, 1.0)
+    p = _power(tl.maximum(x - tau, 0.0), exponent, POWER) * scale
+    tl.store(out_ptr + base + lanes * step, p.to(out_ptr.dtype.element_ty), mask=lanes < length)
+    for start in range(BLOCK, length, BLOCK):
+        xs = _scaled(x_ptr, base, start + lanes, length, step, am1)
+        p = _power(tl.maximum(xs - tau, 0.0), exponent, POWER) * scale
+        tl.store(out_ptr + base + (start + lanes) * step, p.to(out_ptr.dtype.element_ty), mask=start + lanes < length)
+
+
+@triton.jit
+def _jacobian_terms(p_ptr, g_ptr, base, lanes, length, step, alpha, POWER: tl.constexpr):
+    """Weights ``p``, upstream gradient ``g`` and ``gppr = p^(2 - alpha)`` on the support (the diagonal
+    of the entmax Jacobian, up to rank one) of the group's entries ``lanes``."""
+    ok = lanes < length
+    p = _upcast(tl.load(p_ptr + base + lanes * step, mask=ok, other=0.0))
+    g = _upcast(tl.load(g_ptr + base + lanes * step, mask=ok, other=0.0))
+    positive = p > 0
+    if POWER == 1:
+        gppr = positive.to(p.dtype)
+    elif POWER == 2:
+        gppr = tl.sqrt(p)
+    else:
+        gppr = tl.where(positive, tl.exp2((2 - alpha) * tl.log2(tl.where(positive, p, 1.0))), 0.0)
+    plogp = tl.where(positive, p * tl.log(tl.where(positive, p, 1.0)), 0.0)
+    return p, g, gppr, plogp
 
 
 @triton.jit
@@ -106,26 +173,29 @@ def _entmax_bwd(p_ptr, g_ptr, dx_ptr, dalpha_ptr, alpha_ptr, ptr_ptr, n_cols, st
                 alpha_stride, BLOCK: tl.constexpr, CSR: tl.constexpr, POWER: tl.constexpr,
                 ALPHA_GRAD: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
-    offs, valid, alpha = _row(row, ptr_ptr, alpha_ptr, n_cols, step, alpha_div, alpha_mod, alpha_stride, BLOCK, CSR)
-    p = tl.load(p_ptr + offs, mask=valid, other=0.0)
-    g = tl.load(g_ptr + offs, mask=valid, other=0.0)
-    positive = p > 0
-    # gppr = p^(2 - alpha) on the support: the diagonal of the entmax Jacobian (up to rank one).
-    if POWER == 1:
-        gppr = positive.to(p.dtype)
-    elif POWER == 2:
-        gppr = tl.sqrt(p)
-    else:
-        gppr = tl.where(positive, tl.exp2((2 - alpha) * tl.log2(tl.where(positive, p, 1.0))), 0.0)
-    gppr_sum = tl.sum(gppr, 0)
-    q = tl.sum(g * gppr, 0) / tl.where(gppr_sum > 0, gppr_sum, 1.0)
-    tl.store(dx_ptr + offs, gppr * (g - q), mask=valid)
+    base, length, alpha = _row(row, ptr_ptr, alpha_ptr, n_cols, step, alpha_div, alpha_mod, alpha_stride, CSR)
+    lanes = tl.arange(0, BLOCK)
+    p, g, gppr, plogp = _jacobian_terms(p_ptr, g_ptr, base, lanes, length, step, alpha, POWER)
+    gppr_sum, g_gppr = tl.sum(gppr, 0), tl.sum(g * gppr, 0)
+    g_p, entropy, g_plogp = tl.sum(g * p, 0), tl.sum(plogp, 0), tl.sum(g * plogp, 0)
+    for start in range(BLOCK, length, BLOCK):
+        ps, gs, gpprs, plogps = _jacobian_terms(p_ptr, g_ptr, base, start + lanes, length, step, alpha, POWER)
+        gppr_sum += tl.sum(gpprs, 0)
+        g_gppr += tl.sum(gs * gpprs, 0)
+        if ALPHA_GRAD:
+            g_p += tl.sum(gs * ps, 0)
+            entropy += tl.sum(plogps, 0)
+            g_plogp += tl.sum(gs * plogps, 0)
+    q = g_gppr / tl.where(gppr_sum > 0, gppr_sum, 1.0)
+    tl.store(dx_ptr + base + lanes * step, (gppr * (g - q)).to(dx_ptr.dtype.element_ty), mask=lanes < length)
+    for start in range(BLOCK, length, BLOCK):
+        _, gs, gpprs, _ = _jacobian_terms(p_ptr, g_ptr, base, start + lanes, length, step, alpha, POWER)
+        tl.store(dx_ptr + base + (start + lanes) * step, (gpprs * (gs - q)).to(dx_ptr.dtype.element_ty),
+                 mask=start + lanes < length)
     if ALPHA_GRAD:
         am1 = alpha - 1
-        plogp = tl.where(positive, p * tl.log(tl.where(positive, p, 1.0)), 0.0)
-        entropy = tl.sum(plogp, 0)
-        d_alpha = (tl.sum(g * p, 0) - q) / (am1 * am1) - (tl.sum(g * plogp, 0) - q * entropy) / am1
-        tl.store(dalpha_ptr + row, d_alpha)
+        d_alpha = (g_p - q) / (am1 * am1) - (g_plogp - q * entropy) / am1
+        tl.store(dalpha_ptr + row, d_alpha.to(dalpha_ptr.dtype.element_ty))
 
 
 class _Layout(NamedTuple):
@@ -139,7 +209,7 @@ class _Layout(NamedTuple):
 
 
 def _warps(block: int) -> int:
-    return 1 if block <= 128 else 4 if block <= 2048 else 8
+    return 1 if block <= 256 else 4 if block <= 2048 else 8
 
 
 def _power_mode(alpha: Union[float, Tensor]) -> int:
@@ -157,10 +227,14 @@ class _EntmaxBisect(torch.autograd.Function):
         if layout.rows == 0:
             return out
         ptr = layout.ptr if layout.ptr is not None else x  # unused dummy pointer in the dense layout
-        _entmax_fwd[(layout.rows,)](
-            x, out, alpha, ptr, layout.n_cols, layout.step, layout.alpha_div, layout.alpha_mod,
-            0 if alpha.numel() == 1 else 1, n_iter,
-            BLOCK=layout.block, CSR=layout.ptr is not None, POWER=power, num_warps=_warps(layout.block))
+        shape = (layout.n_cols, layout.step, layout.alpha_div, layout.alpha_mod, 0 if alpha.numel() == 1 else 1)
+        options = dict(BLOCK=layout.block, CSR=layout.ptr is not None, POWER=power, num_warps=_warps(layout.block))
+        launch("entmax", _entmax_fwd, (layout.rows,), x, out, alpha, ptr, *shape, n_iter, **options)
+        if ctx.needs_input_grad[0] or ctx.needs_input_grad[1]:  # the backward kernel, with stand-ins
+            d_rows = x.new_empty(1, dtype=torch.promote_types(x.dtype, torch.float32))
+            key = (x.dtype, tuple(options.items()), int_key(*shape), ctx.needs_input_grad[1])
+            precompile("entmax", key, _entmax_bwd, (1,), out, x, out, d_rows, alpha, ptr, *shape,
+                       ALPHA_GRAD=ctx.needs_input_grad[1], **options)
         return out
 
     @staticmethod
@@ -171,34 +245,33 @@ class _EntmaxBisect(torch.autograd.Function):
         if layout.rows == 0:
             return torch.zeros_like(p), torch.zeros_like(alpha) if alpha_grad else None, None, None, None
         dx = torch.empty_like(p)
-        d_rows = p.new_empty(layout.rows if alpha_grad else 1)
-        _entmax_bwd[(layout.rows,)](
-            p, grad.contiguous(), dx, d_rows, alpha, layout.ptr if layout.ptr is not None else p,
-            layout.n_cols, layout.step, layout.alpha_div, layout.alpha_mod, 0 if alpha.numel() == 1 else 1,
-            BLOCK=layout.block, CSR=layout.ptr is not None, POWER=ctx.power, ALPHA_GRAD=alpha_grad,
-            num_warps=_warps(layout.block))
+        d_rows = p.new_empty(layout.rows if alpha_grad else 1, dtype=torch.promote_types(p.dtype, torch.float32))
+        launch("entmax", _entmax_bwd, (layout.rows,),
+               p, grad.contiguous(), dx, d_rows, alpha, layout.ptr if layout.ptr is not None else p,
+               layout.n_cols, layout.step, layout.alpha_div, layout.alpha_mod, 0 if alpha.numel() == 1 else 1,
+               BLOCK=layout.block, CSR=layout.ptr is not None, POWER=ctx.power, ALPHA_GRAD=alpha_grad,
+               num_warps=_warps(layout.block))
         d_alpha = None
         if alpha_grad:
             if alpha.numel() == 1:
                 d_alpha = d_rows.sum().view(alpha.shape)
             else:
                 d_alpha = d_rows.view(-1, layout.alpha_mod, layout.alpha_div).sum((0, 2)).view(alpha.shape)
+            d_alpha = d_alpha.to(alpha.dtype)
         return dx, d_alpha, None, None, None
 
 
 def _as_alpha(alpha: Union[float, Tensor], like: Tensor) -> Tensor:
+    """``alpha`` as a flat tensor in the kernels' compute dtype (float32, or float64 for float64 scores)."""
+    dtype = torch.promote_types(like.dtype, torch.float32)
     if not isinstance(alpha, Tensor):
-        return like.new_tensor([float(alpha)])
-    return alpha.to(like.dtype).reshape(-1)
+        return torch.full((1,), float(alpha), dtype=dtype, device=like.device)
+    return alpha.to(dtype).reshape(-1)
 
 
-def _block(length: int) -> int:
-    return max(triton.next_power_of_2(max(length, 1)), 16)
-
-
-def fits(length: int) -> bool:
-    """Whether groups of ``length`` entries fit one program (else use the PyTorch path)."""
-    return length <= MAX_BLOCK
+def _block(length: int, most: int) -> int:
+    """Register lanes for groups of about ``length`` entries: a power of two in ``[16, most]``."""
+    return min(max(triton.next_power_of_2(max(length, 1)), 16), most)
 
 
 def entmax_bisect_dense(scores: Tensor, alpha: Union[float, Tensor], mask: Optional[Tensor] = None,
@@ -215,47 +288,44 @@ def entmax_bisect_dense(scores: Tensor, alpha: Union[float, Tensor], mask: Optio
     if heads > 1 and (len(shape) < 3 or shape[-3] != heads):
         raise ValueError(f"{heads} per-head alphas need scores [..., {heads} heads, queries, keys], "
                          f"got {tuple(shape)}")
-    layout = _Layout(x.shape[0], shape[-1], 1, None, _block(shape[-1]), shape[-2] if heads > 1 else 1, heads)
+    layout = _Layout(x.shape[0], shape[-1], 1, None, _block(shape[-1], DENSE_BLOCK), shape[-2] if heads > 1 else 1,
+                     heads)
     return _EntmaxBisect.apply(x, a, layout, n_iter, _power_mode(alpha)).view(shape)
 
 
-def entmax_bisect_csr(scores: Tensor, alpha: Union[float, Tensor], ptr: Tensor, n_iter: int = 31,
-                      max_degree: Optional[int] = None) -> Tensor:
+def entmax_bisect_csr(scores: Tensor, alpha: Union[float, Tensor], ptr: Tensor, n_iter: int = 31) -> Tensor:
     """alpha-entmax of edge-wise ``scores [num_edges, heads]`` (or ``[num_edges]``) sorted by target.
 
     ``ptr [num_nodes + 1]`` is the CSR pointer; ``alpha`` a float, one value, or one per head.
+    A program holds about twice the mean degree in registers (at most :data:`CSR_BLOCK`).
     """
     x = scores.contiguous()
     heads = x.shape[1] if x.dim() > 1 else 1
     a = _as_alpha(alpha, x)
     if a.numel() not in (1, heads):
         raise ValueError(f"{a.numel()} alphas for edge-wise scores with {heads} heads")
-    if max_degree is None:
-        max_degree = int((ptr[1:] - ptr[:-1]).max()) if ptr.numel() > 1 else 0
-    layout = _Layout((ptr.numel() - 1) * heads, 0, heads, ptr.to(torch.long).contiguous(), _block(max_degree),
+    nodes = ptr.numel() - 1
+    mean_degree = -(-x.shape[0] // max(nodes, 1))
+    layout = _Layout(nodes * heads, 0, heads, ptr.to(torch.long).contiguous(), _block(2 * mean_degree, CSR_BLOCK),
                      1, heads)
     return _EntmaxBisect.apply(x, a, layout, n_iter, _power_mode(alpha))
 
 
-def entmax_bisect_groups(scores: Tensor, alpha: Union[float, Tensor], groups, n_iter: int) -> Optional[Tensor]:
-    """The fused kernel for a :class:`~common.attention.groups.DenseGroups` or ``EdgeGroups`` call,
-    or ``None`` when a group is longer than :data:`MAX_BLOCK` (then use the PyTorch path).
+def entmax_bisect_groups(scores: Tensor, alpha: Union[float, Tensor], groups, n_iter: int) -> Tensor:
+    """The fused kernel for a :class:`~common.attention.groups.DenseGroups` or ``EdgeGroups`` call.
 
     Edge-wise groups without ``ptr`` are sorted by target first (one argsort) and unsorted after.
     """
     if isinstance(groups, DenseGroups):
-        return entmax_bisect_dense(scores, alpha, groups.mask, n_iter) if fits(scores.shape[-1]) else None
+        return entmax_bisect_dense(scores, alpha, groups.mask, n_iter)
     ptr, order = groups.ptr, None
     if ptr is None:
         counts = torch.bincount(groups.index, minlength=groups.num_nodes)
         ptr = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
         order = groups.index.argsort(stable=True)
         scores = scores.index_select(0, order)
-    degree = int((ptr[1:] - ptr[:-1]).max()) if ptr.numel() > 1 else 0
-    if not fits(degree):
-        return None
-    weights = entmax_bisect_csr(scores, alpha, ptr, n_iter, degree)
+    weights = entmax_bisect_csr(scores, alpha, ptr, n_iter)
     return weights if order is None else torch.zeros_like(weights).index_copy(0, order, weights)
 
 
-__all__ = ["MAX_BLOCK", "entmax_bisect_csr", "entmax_bisect_dense", "entmax_bisect_groups", "fits"]
+__all__ = ["CSR_BLOCK", "DENSE_BLOCK", "entmax_bisect_csr", "entmax_bisect_dense", "entmax_bisect_groups"]
