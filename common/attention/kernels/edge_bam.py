@@ -14,14 +14,17 @@ With ``prior_scope="all"`` (the prior normalised over every key, as in the offic
 ``r`` arrives as ``log pi`` already and is used as it is.
 
 The noise ``n`` (Weibull: ``log(-log u)``, Lognormal: ``eps``) comes from Philox at counter
-``offset + e * heads + h`` and is drawn again in the backward instead of being stored; only
-the three ``[nodes, heads]`` log-sum-exps are saved. :func:`edge_bam` also takes the noise
-explicitly, which makes it equal to the PyTorch path of :class:`~common.attention.bam.BAM`.
+``offset + e * heads + h`` with a seed the kernels read from a device tensor (no host
+synchronisation; a CUDA graph's replays draw fresh noise), and is drawn again in the backward
+instead of being stored; only the three ``[nodes, heads]`` log-sum-exps are saved. Whatever the
+dtype of the scores, the kernels compute in float32 (float64 for float64 scores) and store the
+weights and gradients in the input dtype. :func:`edge_bam` also takes the noise explicitly,
+which makes it equal to the PyTorch path of :class:`~common.attention.bam.BAM`.
 """
 from __future__ import annotations
 
 import math
-from typing import Optional, Tuple
+from typing import Optional, Tuple, Union
 
 import torch
 import triton
@@ -29,11 +32,21 @@ import triton.language as tl
 from torch import Tensor
 
 from ..functional import EULER_GAMMA
+from . import int_key, launch, precompile
 
 #: Noise sources of the kernels.
 NOISE_NONE, NOISE_WEIBULL, NOISE_NORMAL, NOISE_GIVEN = 0, 1, 2, 3
 #: KL closed forms: none, Weibull-Gamma (fixed / contextual), Lognormal (fixed / contextual).
 KL_NONE, KL_WEIBULL, KL_LOGNORMAL = 0, 1, 2
+
+
+@triton.jit
+def _upcast(x):
+    """Half-precision values as float32 (Triton's log and exp take float32 or float64); others as they are."""
+    if x.dtype.primitive_bitwidth < 32:
+        return x.to(tl.float32)
+    else:
+        return x
 
 
 @triton.jit
@@ -69,18 +82,18 @@ def _tile(scores_ptr, prior_ptr, noise_ptr, e, h, mask, H: tl.constexpr, seed, o
           NOISE: tl.constexpr, PRIOR: tl.constexpr, TINY: tl.constexpr, ONE_MINUS_EPS: tl.constexpr):
     """Scores, noisy scores and prior logits of one ``[BLOCK_E, BLOCK_H]`` tile."""
     idx = e[:, None] * H + h[None, :]
-    s = tl.load(scores_ptr + idx, mask=mask, other=float("-inf"))
+    s = _upcast(tl.load(scores_ptr + idx, mask=mask, other=float("-inf")))
     if NOISE == 1:  # Weibull: log(-log u), u clamped to [tiny, 1 - eps]
         u = tl.minimum(tl.maximum(tl.rand(seed, idx + offset), TINY), ONE_MINUS_EPS)  # float32
-        z = s + scale * tl.log(-tl.log(u.to(s.dtype)))
+        z = s + scale * tl.log(-tl.log(u))
     elif NOISE == 2:
-        z = s + scale * tl.randn(seed, idx + offset).to(s.dtype)
+        z = s + scale * tl.randn(seed, idx + offset)
     elif NOISE == 3:
-        z = s + scale * tl.load(noise_ptr + idx, mask=mask, other=0.0)
+        z = s + scale * _upcast(tl.load(noise_ptr + idx, mask=mask, other=0.0))
     else:
         z = s
     if PRIOR:
-        r = tl.load(prior_ptr + idx, mask=mask, other=float("-inf"))
+        r = _upcast(tl.load(prior_ptr + idx, mask=mask, other=float("-inf")))
     else:
         r = s
     return idx, s, z, r
@@ -139,20 +152,21 @@ def _kl_terms(logp, log_pi, c0, c1, c2, KL: tl.constexpr, PRIOR: tl.constexpr, L
 @triton.jit
 def _segment(ptr_ptr, H: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_H: tl.constexpr):
     """This program's target node, its edges ``start:end``, the heads and the tile rows."""
-    node = tl.program_id(0)
+    node = tl.program_id(0).to(tl.int64)
     h = tl.arange(0, BLOCK_H)
     return node, tl.load(ptr_ptr + node), tl.load(ptr_ptr + node + 1), h, h < H, tl.arange(0, BLOCK_E)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["offset"])
 def _edge_bam_fwd(scores_ptr, prior_ptr, noise_ptr, ptr_ptr, weights_ptr, lse_ptr, kl_ptr,
-                  seed, offset, scale, c0, c1, c2,
+                  seed_ptr, offset, scale, c0, c1, c2,
                   H: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_H: tl.constexpr,
                   NOISE: tl.constexpr, PRIOR: tl.constexpr, PRIOR_NORMALIZED: tl.constexpr, KL: tl.constexpr,
                   TINY: tl.constexpr, ONE_MINUS_EPS: tl.constexpr, LOG_TINY: tl.constexpr):
     node, start, end, h, h_ok, rows = _segment(ptr_ptr, H, BLOCK_E, BLOCK_H)
-    neg_inf = tl.full([BLOCK_H], float("-inf"), tl.float32).to(scores_ptr.dtype.element_ty)
-    zero = tl.zeros([BLOCK_H], tl.float32).to(scores_ptr.dtype.element_ty)
+    seed = tl.load(seed_ptr)
+    neg_inf = _upcast(tl.full([BLOCK_H], float("-inf"), scores_ptr.dtype.element_ty))
+    zero = _upcast(tl.zeros([BLOCK_H], scores_ptr.dtype.element_ty))
     m_s, l_s, m_z, l_z, m_r, l_r = neg_inf, zero, neg_inf, zero, neg_inf, zero
     for first in range(start, end, BLOCK_E):
         e = first + rows
@@ -177,7 +191,7 @@ def _edge_bam_fwd(scores_ptr, prior_ptr, noise_ptr, ptr_ptr, weights_ptr, lse_pt
         mask = (e < end)[:, None] & h_ok[None, :]
         idx, s, z, r = _tile(scores_ptr, prior_ptr, noise_ptr, e, h, mask, H, seed, offset, scale,
                              NOISE, PRIOR, TINY, ONE_MINUS_EPS)
-        tl.store(weights_ptr + idx, tl.exp(z - lse_z[None, :]), mask=mask)
+        tl.store(weights_ptr + idx, tl.exp(z - lse_z[None, :]).to(weights_ptr.dtype.element_ty), mask=mask)
         if KL != 0:
             logp, log_pi = _log_probs(s, r, mask, lse_s, lse_r)
             value, _, _ = _kl_terms(logp, log_pi, c0, c1, c2, KL, PRIOR, LOG_TINY)
@@ -186,15 +200,16 @@ def _edge_bam_fwd(scores_ptr, prior_ptr, noise_ptr, ptr_ptr, weights_ptr, lse_pt
         tl.store(kl_ptr + node, tl.sum(tl.where(h_ok, kl, 0.0), axis=0))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["offset"])
 def _edge_bam_bwd(scores_ptr, prior_ptr, noise_ptr, ptr_ptr, lse_ptr, grad_w_ptr, grad_kl_ptr,
-                  d_scores_ptr, d_prior_ptr, seed, offset, scale, c0, c1, c2,
+                  d_scores_ptr, d_prior_ptr, seed_ptr, offset, scale, c0, c1, c2,
                   H: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_H: tl.constexpr,
                   NOISE: tl.constexpr, PRIOR: tl.constexpr, PRIOR_NORMALIZED: tl.constexpr, KL: tl.constexpr,
                   CENTRED: tl.constexpr,
                   GRAD_W: tl.constexpr, TINY: tl.constexpr, ONE_MINUS_EPS: tl.constexpr,
                   LOG_TINY: tl.constexpr):
     node, start, end, h, h_ok, rows = _segment(ptr_ptr, H, BLOCK_E, BLOCK_H)
+    seed = tl.load(seed_ptr)
     out = node * 3 * H + h
     lse_s = tl.load(lse_ptr + out, mask=h_ok, other=0.0)
     lse_z = tl.load(lse_ptr + out + H, mask=h_ok, other=0.0)
@@ -202,7 +217,7 @@ def _edge_bam_bwd(scores_ptr, prior_ptr, noise_ptr, ptr_ptr, lse_ptr, grad_w_ptr
     g_kl = 0.0
     if KL != 0:
         g_kl = tl.load(grad_kl_ptr + node)
-    zero = tl.zeros([BLOCK_H], tl.float32).to(scores_ptr.dtype.element_ty)
+    zero = _upcast(tl.zeros([BLOCK_H], scores_ptr.dtype.element_ty))
     sum_gw, sum_d, sum_dpi = zero, zero, zero
     for first in range(start, end, BLOCK_E):  # the segment sums of the three chain rules
         e = first + rows
@@ -210,7 +225,7 @@ def _edge_bam_bwd(scores_ptr, prior_ptr, noise_ptr, ptr_ptr, lse_ptr, grad_w_ptr
         idx, s, z, r = _tile(scores_ptr, prior_ptr, noise_ptr, e, h, mask, H, seed, offset, scale,
                              NOISE, PRIOR, TINY, ONE_MINUS_EPS)
         if GRAD_W:
-            g = tl.load(grad_w_ptr + idx, mask=mask, other=0.0)
+            g = _upcast(tl.load(grad_w_ptr + idx, mask=mask, other=0.0))
             sum_gw += tl.sum(g * tl.where(mask, tl.exp(z - lse_z[None, :]), 0.0), axis=0)
         if KL != 0:
             logp, log_pi = _log_probs(s, r, mask, lse_s, lse_r)
@@ -225,7 +240,7 @@ def _edge_bam_bwd(scores_ptr, prior_ptr, noise_ptr, ptr_ptr, lse_ptr, grad_w_ptr
                              NOISE, PRIOR, TINY, ONE_MINUS_EPS)
         d_s = tl.zeros_like(s)
         if GRAD_W:
-            g = tl.load(grad_w_ptr + idx, mask=mask, other=0.0)
+            g = _upcast(tl.load(grad_w_ptr + idx, mask=mask, other=0.0))
             d_s += tl.exp(z - lse_z[None, :]) * (g - sum_gw[None, :])
         if KL != 0:
             logp, log_pi = _log_probs(s, r, mask, lse_s, lse_r)
@@ -235,11 +250,11 @@ def _edge_bam_bwd(scores_ptr, prior_ptr, noise_ptr, ptr_ptr, lse_ptr, grad_w_ptr
             else:
                 d_s += g_kl * (d_logp - tl.exp(logp) * sum_d[None, :])
             if PRIOR and PRIOR_NORMALIZED:
-                tl.store(d_prior_ptr + idx, g_kl * d_log_pi, mask=mask)
+                tl.store(d_prior_ptr + idx, (g_kl * d_log_pi).to(d_prior_ptr.dtype.element_ty), mask=mask)
             elif PRIOR:
                 d_r = g_kl * (d_log_pi - tl.exp(log_pi) * sum_dpi[None, :])
-                tl.store(d_prior_ptr + idx, d_r, mask=mask)
-        tl.store(d_scores_ptr + idx, d_s, mask=mask)
+                tl.store(d_prior_ptr + idx, d_r.to(d_prior_ptr.dtype.element_ty), mask=mask)
+        tl.store(d_scores_ptr + idx, d_s.to(d_scores_ptr.dtype.element_ty), mask=mask)
 
 
 class _Config:
@@ -263,7 +278,7 @@ class _Config:
             self.c = (kernel.scale, kernel.offset, 0.0)
         uniform = torch.finfo(torch.float32)  # tl.rand draws float32
         self.tiny, self.one_minus_eps = uniform.tiny, 1 - uniform.eps
-        self.log_tiny = math.log(torch.finfo(dtype).tiny)
+        self.log_tiny = math.log(torch.finfo(torch.promote_types(dtype, torch.float32)).tiny)  # the compute dtype
 
     def constexprs(self) -> dict:
         return dict(NOISE=self.noise, PRIOR=self.prior, PRIOR_NORMALIZED=self.prior_normalized, KL=self.kl,
@@ -279,43 +294,50 @@ def _blocks(heads: int) -> Tuple[int, int]:
 class _EdgeBAM(torch.autograd.Function):
     @staticmethod
     def forward(ctx, scores: Tensor, prior_logits: Optional[Tensor], noise: Optional[Tensor], ptr: Tensor,
-                config: _Config, seed: int, offset: int) -> Tuple[Tensor, Tensor]:
+                config: _Config, seed: Tensor, offset: int) -> Tuple[Tensor, Tensor]:
         num_nodes, heads = ptr.numel() - 1, scores.shape[1]
         weights = torch.empty_like(scores)
-        lse = scores.new_empty(num_nodes, 3, heads)
-        kl = scores.new_zeros(num_nodes)
+        compute = torch.promote_types(scores.dtype, torch.float32)
+        lse = scores.new_empty(num_nodes, 3, heads, dtype=compute)
+        kl = scores.new_zeros(num_nodes, dtype=compute)
         block_e, block_h = _blocks(heads)
         dummy = scores
-        _edge_bam_fwd[(num_nodes,)](
-            scores, dummy if prior_logits is None else prior_logits, dummy if noise is None else noise,
-            ptr, weights, lse, kl, seed, offset, config.scale, *config.c,
-            H=heads, BLOCK_E=block_e, BLOCK_H=block_h, **config.constexprs())
-        ctx.save_for_backward(scores, prior_logits, noise, ptr, lse)
-        ctx.config, ctx.seed, ctx.offset = config, seed, offset
+        inputs = (scores, dummy if prior_logits is None else prior_logits, dummy if noise is None else noise, ptr)
+        constants = (seed, offset, config.scale, *config.c)
+        blocks = dict(H=heads, BLOCK_E=block_e, BLOCK_H=block_h, **config.constexprs())
+        launch("edge_bam", _edge_bam_fwd, (num_nodes,), *inputs, weights, lse, kl, *constants, **blocks)
+        if any(ctx.needs_input_grad[:2]):  # the backward kernel, with stand-ins of the gradients' dtypes
+            key = (scores.dtype, tuple(blocks.items()), config.centred, int_key(num_nodes))
+            for grad_w in (True, False):
+                precompile("edge_bam", key + (grad_w,), _edge_bam_bwd, (1,), *inputs, lse, weights, kl, weights,
+                           inputs[1], *constants, CENTRED=config.centred, GRAD_W=grad_w, **blocks)
+        ctx.save_for_backward(scores, prior_logits, noise, ptr, lse, seed)
+        ctx.config, ctx.offset = config, offset
         return weights, kl
 
     @staticmethod
     def backward(ctx, grad_weights: Optional[Tensor], grad_kl: Optional[Tensor]):
-        scores, prior_logits, noise, ptr, lse = ctx.saved_tensors
+        scores, prior_logits, noise, ptr, lse, seed = ctx.saved_tensors
         config = ctx.config
         num_nodes, heads = ptr.numel() - 1, scores.shape[1]
         d_scores = torch.empty_like(scores)
         d_prior = None if prior_logits is None else torch.empty_like(prior_logits)
         block_e, block_h = _blocks(heads)
         dummy = scores
-        _edge_bam_bwd[(num_nodes,)](
-            scores, dummy if prior_logits is None else prior_logits, dummy if noise is None else noise,
-            ptr, lse, dummy if grad_weights is None else grad_weights.contiguous(),
-            dummy if grad_kl is None else grad_kl.contiguous(), d_scores, dummy if d_prior is None else d_prior,
-            ctx.seed, ctx.offset, config.scale, *config.c,
-            H=heads, BLOCK_E=block_e, BLOCK_H=block_h, CENTRED=config.centred,
-            GRAD_W=grad_weights is not None, **config.constexprs())
+        launch("edge_bam", _edge_bam_bwd, (num_nodes,),
+               scores, dummy if prior_logits is None else prior_logits, dummy if noise is None else noise,
+               ptr, lse, dummy if grad_weights is None else grad_weights.contiguous(),
+               lse.new_zeros(num_nodes) if grad_kl is None else grad_kl.contiguous(), d_scores,
+               dummy if d_prior is None else d_prior,
+               seed, ctx.offset, config.scale, *config.c,
+               H=heads, BLOCK_E=block_e, BLOCK_H=block_h, CENTRED=config.centred,
+               GRAD_W=grad_weights is not None, **config.constexprs())
         return d_scores, d_prior, None, None, None, None, None
 
 
 def edge_bam(bam, scores: Tensor, ptr: Tensor, prior_logits: Optional[Tensor] = None, *,
              noise: Optional[Tensor] = None, sampling: bool = True, with_kl: bool = True,
-             seed: Optional[int] = None, offset: int = 0) -> Tuple[Tensor, Optional[Tensor]]:
+             seed: Optional[Union[int, Tensor]] = None, offset: int = 0) -> Tuple[Tensor, Optional[Tensor]]:
     """The weights and the mean KL of :class:`~common.attention.bam.BAM` ``bam`` over
     target-sorted edges, by the fused kernels.
 
@@ -324,8 +346,9 @@ def edge_bam(bam, scores: Tensor, ptr: Tensor, prior_logits: Optional[Tensor] = 
         ptr: ``[num_nodes + 1]`` CSR pointer of the targets.
         prior_logits: ``[num_edges, heads]`` contextual prior logits (contextual priors only).
         noise: the standard log-noise (``log(-log u)`` or ``eps``, ``[num_edges, heads]``);
-            ``None`` draws it in the kernel from Philox at ``seed`` and ``offset`` (``seed``
-            defaults to one drawn from torch's generator, so ``torch.manual_seed`` repeats it).
+            ``None`` draws it in the kernel from Philox at ``seed`` (an int or a one-element integer
+            tensor) and ``offset``; ``seed`` defaults to one drawn on the device from torch's
+            generator, so ``torch.manual_seed`` repeats it and nothing is read back to the host.
         sampling: ``False`` gives the posterior mean (softmax) and no noise.
         with_kl: whether to compute the KL (``None`` is returned otherwise).
     """
@@ -336,7 +359,9 @@ def edge_bam(bam, scores: Tensor, ptr: Tensor, prior_logits: Optional[Tensor] = 
     if config.prior and prior_logits is None:
         raise ValueError(f"{bam.extra_repr()}: a contextual prior needs prior_logits=...")
     if seed is None:
-        seed = int(torch.randint(0, 2**31 - 1, (1,)))
+        seed = torch.randint(0, 2**31 - 1, (1,), device=scores.device)
+    elif not isinstance(seed, Tensor):
+        seed = torch.tensor([int(seed)], device=scores.device)
     scores = scores.contiguous()
     prior_logits = prior_logits.contiguous() if config.prior else None
     noise = noise.to(scores.dtype).contiguous() if config.noise == NOISE_GIVEN else None
