@@ -31,7 +31,7 @@ from .aux import add_aux_loss, collecting
 from .base import Normalizer
 from .functional import EULER_GAMMA, lgamma_digamma_positive, lognormal_log_noise, weibull_log_noise
 from .groups import EdgeGroups, make_groups
-from .kernels import use_triton
+from .kernels import KernelFailure, fall_back, use_triton
 
 POSTERIORS = ("weibull", "lognormal")
 PRIORS = ("fixed", "contextual")
@@ -165,9 +165,12 @@ class BAM(Normalizer):
     def normalize(self, scores: Tensor, groups, keys=None, key_index=None, noise: Optional[Tensor] = None) -> Tensor:
         """``noise``: the standard log-noise to use instead of a fresh draw (``log(-log u)`` or
         ``eps``, shaped like ``scores``), e.g. to compare with the fused kernels."""
-        if isinstance(groups, EdgeGroups) and groups.ptr is not None and use_triton(scores):
+        if isinstance(groups, EdgeGroups) and groups.ptr is not None and use_triton(scores, "edge_bam"):
             from .kernels.edge_bam import bam_normalize
-            return bam_normalize(self, scores, groups, keys, key_index, noise)
+            try:
+                return bam_normalize(self, scores, groups, keys, key_index, noise)
+            except KernelFailure as failure:  # cannot compile or run on this GPU: warn once, PyTorch path from now on
+                fall_back(failure)
         if self.sampling:
             noise = self._log_noise(scores) if noise is None else noise
             weights = groups.softmax(torch.add(scores, noise, alpha=self.noise_scale))
@@ -294,9 +297,7 @@ class WeibullGammaKL:
             return value, (d_logp,)
         # d alpha / d log pi = alpha (zero where alpha is clamped); d lgamma(alpha) / d alpha = digamma(alpha)
         d_log_pi = (digamma + c_minus_logp).mul_(alpha)  # digamma may broadcast (one prior per key)
-        low = tiny - self.log_beta
-        if log_pi.device.type != "cpu" or bool(log_pi.amin() < low):  # rare: skip the mask's passes
-            d_log_pi.masked_fill_(log_pi < low, 0.0)
+        d_log_pi.masked_fill_(log_pi < tiny - self.log_beta, 0.0)
         return value, (d_logp, d_log_pi)
 
     def grads(self, saved, need_prior: bool, has_prior: bool):

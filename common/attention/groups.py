@@ -15,6 +15,11 @@ a group to weights that sum to one over it.
 Each layout provides per-group ``max``/``sum``, ``expand`` (group value -> its entries),
 ``softmax``/``log_softmax`` and ``mean`` over real entries. Masked entries get exact zero
 weight and fully masked rows give all-zero weights, never NaN.
+
+No method reads a tensor's values back into Python (``bool(t)``, ``int(t)``): on a GPU that
+would be a host synchronisation, and under ``torch.compile`` a graph break. Where a value-dependent
+shortcut pays on the CPU in eager mode (the edge softmax's global shift, the CSR sums), it is taken
+only there, decided from the device and ``torch.compiler.is_compiling()``.
 """
 from __future__ import annotations
 
@@ -37,15 +42,13 @@ class DenseGroups:
                 "convert an additive -inf mask with `mask = additive_mask == 0`"
             )
         self.mask = mask
-        self._empty_rows: Optional[bool] = None
-        self._counts: dict[torch.Size, int] = {}
+        self._counts: dict[torch.Size, Tensor] = {}
 
     @property
     def empty_rows(self) -> bool:
-        """Whether some query has no key at all (its weights must be all zeros, not NaN)."""
-        if self._empty_rows is None:
-            self._empty_rows = self.mask is not None and not bool(self.mask.any(-1).all())
-        return self._empty_rows
+        """Whether some query may have no key at all (then its weights must be zeroed, not NaN): with
+        any mask, since finding out would read the mask's values back to the host."""
+        return self.mask is not None
 
     def fill(self, x: Tensor, value: float) -> Tensor:
         """``x`` with masked entries replaced by ``value`` (one pass, autograd-safe)."""
@@ -85,12 +88,12 @@ class DenseGroups:
         log_weights = self.log_softmax(x)
         return log_weights, log_weights.exp()
 
-    def count(self, like: Tensor) -> int:
-        """Number of real entries in a tensor shaped like ``like``."""
+    def count(self, like: Tensor) -> "int | Tensor":
+        """Number of real entries in a tensor shaped like ``like`` (at least 1; a tensor with a mask)."""
         if self.mask is None:
-            return like.numel()
+            return max(like.numel(), 1)
         if like.shape not in self._counts:  # asked by the KL forward and again by its backward
-            self._counts[like.shape] = max(int(self.mask.expand(like.shape).sum()), 1)
+            self._counts[like.shape] = self.mask.expand(like.shape).sum().clamp_min(1).to(like.dtype)
         return self._counts[like.shape]
 
     def mean(self, x: Tensor) -> Tensor:
@@ -103,14 +106,21 @@ class DenseGroups:
 def _edge_shift(x: Tensor, groups: "EdgeGroups") -> Tensor:
     """A per-entry shift that makes ``exp(x - shift)`` safe inside every group.
 
-    The textbook choice is each group's maximum (a slow scatter-max). When all of ``x``
-    spans less than half the exponent range of its dtype, the global maximum is just as
-    exact: no group's largest term can underflow, and nothing overflows.
+    The textbook choice is each group's maximum (a slow scatter-max on the CPU). When all of
+    ``x`` spans less than half the exponent range of its dtype, the global maximum is just as
+    exact: no group's largest term can underflow, and nothing overflows. Checking that reads a
+    value back, so it is done only on the CPU in eager mode.
     """
-    low, high = torch.aminmax(x)
-    if high - low < -math.log(torch.finfo(x.dtype).tiny) / 2:
-        return high
+    if _host_reads_are_free(x):
+        low, high = torch.aminmax(x)
+        if high - low < -math.log(torch.finfo(x.dtype).tiny) / 2:
+            return high
     return groups.expand(groups.max(x))
+
+
+def _host_reads_are_free(x: Tensor) -> bool:
+    """Whether reading ``x``'s values into Python costs neither a device synchronisation nor a graph break."""
+    return x.device.type == "cpu" and not torch.compiler.is_compiling()
 
 
 class _EdgeSoftmax(torch.autograd.Function):
@@ -184,6 +194,7 @@ class EdgeGroups:
             num_nodes = ptr.numel() - 1
         self.ptr = ptr
         self._ones: Optional[Tensor] = None  # see _csr_sum
+        # without num_nodes (and ptr) the count is read from the index: a host synchronisation on a GPU
         self.num_nodes = int(index.max()) + 1 if num_nodes is None and index.numel() else (num_nodes or 0)
 
     def check(self, scores: Tensor) -> None:
@@ -208,7 +219,7 @@ class EdgeGroups:
         return self._reduce(x, "max")
 
     def sum(self, x: Tensor) -> Tensor:
-        if self.ptr is not None and x.device.type == "cpu" and x.dtype in _CSR_SUM_DTYPES \
+        if self.ptr is not None and _host_reads_are_free(x) and x.dtype in _CSR_SUM_DTYPES \
                 and x.dim() > 1 and not (x.requires_grad and torch.is_grad_enabled()):
             return self._csr_sum(x)
         return self._reduce(x, "sum")
