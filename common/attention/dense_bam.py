@@ -44,7 +44,7 @@ from .aux import add_aux_loss, collecting
 from .bam import BAM
 from .bam_stats import dense_kl, needs_square_sums, projection_weights, supports
 from .functional import log_weibull_
-from .kernels import cpu_bam, use_triton
+from .kernels import KernelFailure, cpu_bam, fall_back, use_triton
 
 #: Score entries per chunk: 4 MiB of float32, which stays in the cache while a chunk's
 #: elementwise passes run over it and still makes batched matrix products of whole heads.
@@ -541,7 +541,7 @@ def dense_bam_attention(
         raise ValueError(f"{norm.extra_repr()}: no closed-form KL under a causal mask; use the materialised path")
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     noise_scale = norm.noise_scale if norm.sampling else 0.0
-    triton = noise is None and q.dtype != torch.float64 and use_triton(q)
+    triton = noise is None and q.dtype != torch.float64 and use_triton(q, "dense_bam")
     seed = 0 if triton or not (noise_scale or dropout) else int(torch.randint(0, 1 << 62, ()))
     sampler = Sampler(norm.posterior, noise_scale, dropout, seed, noise)
     key_mask = None if mask is None else mask.view((1,) * max(2 - mask.dim(), 0) + mask.shape)
@@ -553,8 +553,16 @@ def dense_bam_attention(
                        prior_over_all_keys=norm.prior_scope == "all")
         proj = None
         if triton:
-            out, lse, sq = _triton_attention(q, k, v, key_mask, causal, scale, sampler, collect, want_sq)
-        else:  # the chunks take the KL's projections of q too (all keys: no causal mask)
+            try:
+                result = _triton_attention(q, k, v, key_mask, causal, scale, sampler, collect, want_sq)
+            except KernelFailure as failure:  # cannot compile or run on this GPU: warn once, chunks from now on
+                fall_back(failure)
+                result = None
+            if result is None:  # (or the kernels have no tiling for this dtype and head size)
+                triton, sampler.seed = False, int(torch.randint(0, 1 << 62, ()))
+            else:
+                out, lse, sq = result
+        if not triton:  # the chunks take the KL's projections of q too (all keys: no causal mask)
             weights = projection_weights(kernel, kf, **kl_args) if collect and not causal else None
             out, lse, sq, proj = _chunked_attention(qf, kf, vf, key_mask, causal, scale, sampler, collect, want_sq,
                                                     weights)
@@ -585,11 +593,15 @@ def _chunked_attention(q, k, v, key_mask, causal, scale, sampler, want_lse, want
 def _triton_attention(q, k, v, key_mask, causal, scale, sampler, want_lse, want_sq):
     """:class:`~common.attention.kernels.dense_bam.TritonNoisyAttention` over ``[..., H, L, d]``
     tensors (in their own dtype, float32 accumulation); its noise is keyed by (seed, batch*head,
-    query, key) and does not depend on the tiling."""
+    query, key) and does not depend on the tiling. None where the kernels have no tiling for the
+    dtype and head size (:func:`~common.attention.kernels.dense_bam.tiles`)."""
     from .kernels import interpreting
-    from .kernels.dense_bam import NOISE_LOGNORMAL, NOISE_NONE, NOISE_WEIBULL, TritonNoisyAttention, seeds_for_call
+    from .kernels.dense_bam import (NOISE_LOGNORMAL, NOISE_NONE, NOISE_WEIBULL, TritonNoisyAttention, seed_for_call,
+                                    tiles)
 
     lead, (n_q, d), (n_k, dv) = q.shape[:-2], q.shape[-2:], v.shape[-2:]
+    if tiles(q.dtype, d, dv, interpreting()) is None:
+        return None
     q3, k3, v3 = (x.reshape(-1, *x.shape[-2:]).contiguous() for x in (q, k, v))
     km = None
     if key_mask is not None:
@@ -597,7 +609,7 @@ def _triton_attention(q, k, v, key_mask, causal, scale, sampler, want_lse, want_
     kind = NOISE_NONE if not sampler.noise_scale else (NOISE_WEIBULL if sampler.posterior == "weibull"
                                                        else NOISE_LOGNORMAL)
     out, lse, sq = TritonNoisyAttention.apply(q3, k3, v3, km, causal, scale, kind, float(sampler.noise_scale),
-                                              float(sampler.dropout), seeds_for_call(), want_lse, want_sq,
+                                              float(sampler.dropout), seed_for_call(q.device), want_lse, want_sq,
                                               interpreting())
     return out.view(lead + (n_q, dv)), lse.view(lead + (n_q,)), sq.view(lead + (n_q,))
 

@@ -22,10 +22,9 @@ def _inputs():
 
 def _kernel_draws(norm, dropout):
     """The seeds the next call draws, and the noise and dropout scale the kernels make from them."""
-    from common.attention.kernels.dense_bam import (NOISE_LOGNORMAL, NOISE_WEIBULL, seeds_for_call,
-                                                    standard_noise)
+    from common.attention.kernels.dense_bam import NOISE_LOGNORMAL, NOISE_WEIBULL, seed_for_call, standard_noise
     kind = NOISE_WEIBULL if norm.posterior == "weibull" else NOISE_LOGNORMAL
-    noise, keep = standard_noise(B * H, Q, K, kind, seeds_for_call(), dropout, "cpu")
+    noise, keep = standard_noise(B * H, Q, K, kind, seed_for_call("cpu"), dropout, "cpu")
     return noise.view(B, H, Q, K), keep.view(B, H, Q, K)
 
 
@@ -75,8 +74,8 @@ def test_triton_kernels_equal_the_materialised_path(name, use_mask, causal, drop
 def test_kernel_noise_has_the_posterior_law():
     """The in-kernel draws are standard Gumbel-type ``log(-log u)`` and ``N(0, 1)`` samples."""
     from common.attention.kernels.dense_bam import NOISE_LOGNORMAL, NOISE_WEIBULL, standard_noise
-    weibull, keep = standard_noise(4, 64, 64, NOISE_WEIBULL, (1, 2), 0.25, "cpu")
-    normal, _ = standard_noise(4, 64, 64, NOISE_LOGNORMAL, (3, 4), 0.0, "cpu")
+    weibull, keep = standard_noise(4, 64, 64, NOISE_WEIBULL, torch.tensor([1]), 0.25, "cpu")
+    normal, _ = standard_noise(4, 64, 64, NOISE_LOGNORMAL, torch.tensor([3]), 0.0, "cpu")
     # log(-log u) with u uniform: mean -gamma (Euler), variance pi^2 / 6
     assert abs(weibull.mean() + 0.5772) < 0.03 and abs(weibull.var() - 1.6449) < 0.06
     assert abs(normal.mean()) < 0.03 and abs(normal.var() - 1) < 0.05
