@@ -42,7 +42,6 @@ class DenseGroups:
                 "convert an additive -inf mask with `mask = additive_mask == 0`"
             )
         self.mask = mask
-        self._counts: dict[torch.Size, Tensor] = {}
 
     @property
     def empty_rows(self) -> bool:
@@ -92,9 +91,7 @@ class DenseGroups:
         """Number of real entries in a tensor shaped like ``like`` (at least 1; a tensor with a mask)."""
         if self.mask is None:
             return max(like.numel(), 1)
-        if like.shape not in self._counts:  # asked by the KL forward and again by its backward
-            self._counts[like.shape] = self.mask.expand(like.shape).sum().clamp_min(1).to(like.dtype)
-        return self._counts[like.shape]
+        return self.mask.expand(like.shape).sum().clamp_min(1).to(like.dtype)
 
     def mean(self, x: Tensor) -> Tensor:
         """Mean of ``x`` over real (unmasked) entries only."""
@@ -111,14 +108,14 @@ def _edge_shift(x: Tensor, groups: "EdgeGroups") -> Tensor:
     exact: no group's largest term can underflow, and nothing overflows. Checking that reads a
     value back, so it is done only on the CPU in eager mode.
     """
-    if _host_reads_are_free(x):
+    if host_reads_are_free(x):
         low, high = torch.aminmax(x)
         if high - low < -math.log(torch.finfo(x.dtype).tiny) / 2:
             return high
     return groups.expand(groups.max(x))
 
 
-def _host_reads_are_free(x: Tensor) -> bool:
+def host_reads_are_free(x: Tensor) -> bool:
     """Whether reading ``x``'s values into Python costs neither a device synchronisation nor a graph break."""
     return x.device.type == "cpu" and not torch.compiler.is_compiling()
 
@@ -219,7 +216,7 @@ class EdgeGroups:
         return self._reduce(x, "max")
 
     def sum(self, x: Tensor) -> Tensor:
-        if self.ptr is not None and _host_reads_are_free(x) and x.dtype in _CSR_SUM_DTYPES \
+        if self.ptr is not None and host_reads_are_free(x) and x.dtype in _CSR_SUM_DTYPES \
                 and x.dim() > 1 and not (x.requires_grad and torch.is_grad_enabled()):
             return self._csr_sum(x)
         return self._reduce(x, "sum")

@@ -9,9 +9,10 @@ Order of operations (each step only when configured):
 4. the normalizer (any registered name: softmax, BAM, entmax, ...), with the boolean mask
    (True = attend) and, for a causal call, the lower-triangular mask;
 5. adaptive span (soft mask, renormalised), then convoluted attention; with softmax and no
-   other operator, a span that covers every key is SDPA, and with token distance in
-   self-attention the keys beyond every head's span are skipped, not computed
-   (:mod:`~common.attention.blocks.trimmed`);
+   other operator, on the CPU in eager mode (the choice reads the spans back to Python, which
+   would be a host synchronisation on a GPU and a graph break under ``torch.compile``), a span
+   that covers every key is SDPA, and with token distance in self-attention the keys beyond
+   every head's span are skipped, not computed (:mod:`~common.attention.blocks.trimmed`);
 6. dropout on the weights, then ``weights @ v``.
 
 The record :class:`AttentionMaps` holds the logits after step 3 (``maps.logits``: hand
@@ -31,6 +32,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..dense_bam import fused_bam
+from ..groups import host_reads_are_free
 from ..registry import build
 from ..maps.conv import CROSS_LAYER
 from ..maps.convoluted import ConvolutedAttention
@@ -149,7 +151,8 @@ class Attend(nn.Module):
             tri = causal_mask(Q, K, q.device)
             full_mask = tri if mask is None else mask & tri
         scale = self.scale if self.scale is not None else q.shape[-1] ** -0.5
-        if not need_maps and query_positions is None and key_positions is None and self._span_only():
+        if (not need_maps and query_positions is None and key_positions is None and self._span_only()
+                and host_reads_are_free(q)):  # the shortcut reads the spans back to Python
             out = self._span_fast(q, k, v, mask, causal, full_mask, scale)
             if out is not None:
                 return out, AttentionMaps()
