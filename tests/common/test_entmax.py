@@ -68,3 +68,23 @@ def test_fixed_alpha_is_a_buffer_not_a_parameter():
     assert not list(norm.parameters())
     with pytest.raises(ValueError, match=r"alpha must be in \[1.01, 2\]"):
         attention.build("entmax", alpha=1.0)
+
+
+@pytest.mark.parametrize("power,heads", [(0, 3), (0, 1), (1, 1), (2, 1)])
+def test_dense_entmax_is_a_checked_custom_operator(power, heads):
+    """``torch.ops.attention_suite.entmax`` passes torch.library's checks (schema, fake tensor, autograd
+    registration, dynamic shapes), and its gradients match finite differences (float64)."""
+    from common.attention.entmax import dense_entmax
+    g = torch.Generator().manual_seed(0)
+    scores = (torch.randn(2, 3, 4, 5, generator=g, dtype=torch.float64) * 2).requires_grad_()
+    mask = torch.rand(2, 1, 4, 5, generator=g) > 0.3
+    mask[0, 0, 1] = False  # a fully masked row
+    alpha = (torch.tensor([1.2, 1.5, 1.9], dtype=torch.float64)[:heads] if power == 0 else
+             torch.tensor([[0, 2.0, 1.5][power]], dtype=torch.float64)).requires_grad_(power == 0)
+    for m in (mask, None):
+        torch.library.opcheck(dense_entmax, (scores, m, alpha, 40, power))
+    out = dense_entmax(scores, mask, alpha, 60, power)
+    assert torch.equal(out[~mask.expand_as(out)], torch.zeros(int((~mask.expand_as(out)).sum()), dtype=out.dtype))
+    inputs = (scores, alpha) if power == 0 else (scores,)
+    torch.autograd.gradcheck(lambda *x: dense_entmax(x[0], None, x[1] if power == 0 else alpha, 60, power), inputs,
+                             atol=1e-6)

@@ -120,8 +120,9 @@ def test_normalizers_dispatch_to_the_kernel_with_attn_triton(name, monkeypatch):
     ref = norm(scores, mask=mask)
     ref_grads = _grads(ref, upstream, scores, *norm.parameters())
     calls = []
-    real = fused.entmax_bisect_groups
-    monkeypatch.setattr(fused, "entmax_bisect_groups", lambda *a, **k: calls.append(1) or real(*a, **k))
+    for name in ("dense_forward", "entmax_bisect_groups"):  # the dense operator's, the edge-wise layout's
+        real = getattr(fused, name)
+        monkeypatch.setattr(fused, name, lambda *a, _real=real, **k: calls.append(1) or _real(*a, **k))
     monkeypatch.setenv("ATTN_TRITON", "1")
     ours = norm(scores, mask=mask)
     assert calls, "ATTN_TRITON=1 under the interpreter must take the fused kernel"

@@ -10,6 +10,10 @@ for the tensor at hand, from ``ATTN_TRITON``:
   (``TRITON_INTERPRET=1``). The tests use this to run the dispatch without a GPU; the
   interpreter is far too slow for real work.
 
+Code that ``torch.compile`` traces takes the PyTorch path (inductor fuses it): :func:`use_triton` says
+no while compiling. A kernel behind a custom operator (``torch.ops.attention_suite.*``) decides when the
+operator runs, so the compiled graph calls the kernel.
+
 ``TRITON_INTERPRET`` is read when a kernel module is imported: set it before importing
 ``common.attention.kernels.<module>`` (the test suite's ``conftest.py`` does).
 
@@ -27,6 +31,7 @@ import os
 import warnings
 from typing import Hashable
 
+import torch
 from torch import Tensor
 
 #: Kernel families that failed here, with the reason; they take the PyTorch path from then on.
@@ -53,7 +58,7 @@ def use_triton(x: Tensor, family: str = "") -> bool:
     """Whether the fused kernels (of ``family``, unless it failed here) should handle ``x`` (see the
     module docstring for ``ATTN_TRITON``)."""
     mode = os.environ.get("ATTN_TRITON", "auto")
-    if mode == "0" or family in FAILED or not triton_available():
+    if mode == "0" or family in FAILED or torch.compiler.is_compiling() or not triton_available():
         return False
     return x.is_cuda or (mode == "1" and x.device.type == "cpu" and interpreting())
 

@@ -218,47 +218,57 @@ def _power_mode(alpha: Union[float, Tensor]) -> int:
     return {2.0: 1, 1.5: 2}.get(float(alpha), 0)
 
 
+def _forward(x: Tensor, alpha: Tensor, layout: _Layout, n_iter: int, power: int, with_backward: bool) -> Tensor:
+    """The weights of ``x`` (no autograd); ``with_backward`` also compiles and loads the backward kernel."""
+    out = torch.zeros_like(x) if layout.rows == 0 else torch.empty_like(x)  # no group: nothing to launch
+    if layout.rows == 0:
+        return out
+    ptr = layout.ptr if layout.ptr is not None else x  # unused dummy pointer in the dense layout
+    shape = (layout.n_cols, layout.step, layout.alpha_div, layout.alpha_mod, 0 if alpha.numel() == 1 else 1)
+    options = dict(BLOCK=layout.block, CSR=layout.ptr is not None, POWER=power, num_warps=_warps(layout.block))
+    launch("entmax", _entmax_fwd, (layout.rows,), x, out, alpha, ptr, *shape, n_iter, **options)
+    if with_backward:  # the backward kernel, with stand-ins of its arguments
+        d_rows = x.new_empty(1, dtype=torch.promote_types(x.dtype, torch.float32))
+        for alpha_grad in (False, True):
+            key = (x.dtype, tuple(options.items()), int_key(*shape), alpha_grad)
+            precompile("entmax", key, _entmax_bwd, (1,), out, x, out, d_rows, alpha, ptr, *shape,
+                       ALPHA_GRAD=alpha_grad, **options)
+    return out
+
+
+def _backward(p: Tensor, grad: Tensor, alpha: Tensor, layout: _Layout, power: int, alpha_grad: bool):
+    """``(d x, d alpha or None)`` of the weights ``p`` for the upstream gradient ``grad`` (no autograd)."""
+    if layout.rows == 0:
+        return torch.zeros_like(p), torch.zeros_like(alpha) if alpha_grad else None
+    dx = torch.empty_like(p)
+    d_rows = p.new_empty(layout.rows if alpha_grad else 1, dtype=torch.promote_types(p.dtype, torch.float32))
+    launch("entmax", _entmax_bwd, (layout.rows,),
+           p, grad.contiguous(), dx, d_rows, alpha, layout.ptr if layout.ptr is not None else p,
+           layout.n_cols, layout.step, layout.alpha_div, layout.alpha_mod, 0 if alpha.numel() == 1 else 1,
+           BLOCK=layout.block, CSR=layout.ptr is not None, POWER=power, ALPHA_GRAD=alpha_grad,
+           num_warps=_warps(layout.block))
+    d_alpha = None
+    if alpha_grad:
+        if alpha.numel() == 1:
+            d_alpha = d_rows.sum().view(alpha.shape)
+        else:
+            d_alpha = d_rows.view(-1, layout.alpha_mod, layout.alpha_div).sum((0, 2)).view(alpha.shape)
+        d_alpha = d_alpha.to(alpha.dtype)
+    return dx, d_alpha
+
+
 class _EntmaxBisect(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: Tensor, alpha: Tensor, layout: _Layout, n_iter: int, power: int) -> Tensor:
-        out = torch.zeros_like(x) if layout.rows == 0 else torch.empty_like(x)  # no group: nothing to launch
+        out = _forward(x, alpha, layout, n_iter, power, with_backward=any(ctx.needs_input_grad[:2]))
         ctx.save_for_backward(out, alpha)
         ctx.layout, ctx.power = layout, power
-        if layout.rows == 0:
-            return out
-        ptr = layout.ptr if layout.ptr is not None else x  # unused dummy pointer in the dense layout
-        shape = (layout.n_cols, layout.step, layout.alpha_div, layout.alpha_mod, 0 if alpha.numel() == 1 else 1)
-        options = dict(BLOCK=layout.block, CSR=layout.ptr is not None, POWER=power, num_warps=_warps(layout.block))
-        launch("entmax", _entmax_fwd, (layout.rows,), x, out, alpha, ptr, *shape, n_iter, **options)
-        if ctx.needs_input_grad[0] or ctx.needs_input_grad[1]:  # the backward kernel, with stand-ins
-            d_rows = x.new_empty(1, dtype=torch.promote_types(x.dtype, torch.float32))
-            key = (x.dtype, tuple(options.items()), int_key(*shape), ctx.needs_input_grad[1])
-            precompile("entmax", key, _entmax_bwd, (1,), out, x, out, d_rows, alpha, ptr, *shape,
-                       ALPHA_GRAD=ctx.needs_input_grad[1], **options)
         return out
 
     @staticmethod
     def backward(ctx, grad: Tensor):
         p, alpha = ctx.saved_tensors
-        layout = ctx.layout
-        alpha_grad = ctx.needs_input_grad[1]
-        if layout.rows == 0:
-            return torch.zeros_like(p), torch.zeros_like(alpha) if alpha_grad else None, None, None, None
-        dx = torch.empty_like(p)
-        d_rows = p.new_empty(layout.rows if alpha_grad else 1, dtype=torch.promote_types(p.dtype, torch.float32))
-        launch("entmax", _entmax_bwd, (layout.rows,),
-               p, grad.contiguous(), dx, d_rows, alpha, layout.ptr if layout.ptr is not None else p,
-               layout.n_cols, layout.step, layout.alpha_div, layout.alpha_mod, 0 if alpha.numel() == 1 else 1,
-               BLOCK=layout.block, CSR=layout.ptr is not None, POWER=ctx.power, ALPHA_GRAD=alpha_grad,
-               num_warps=_warps(layout.block))
-        d_alpha = None
-        if alpha_grad:
-            if alpha.numel() == 1:
-                d_alpha = d_rows.sum().view(alpha.shape)
-            else:
-                d_alpha = d_rows.view(-1, layout.alpha_mod, layout.alpha_div).sum((0, 2)).view(alpha.shape)
-            d_alpha = d_alpha.to(alpha.dtype)
-        return dx, d_alpha, None, None, None
+        return (*_backward(p, grad, alpha, ctx.layout, ctx.power, ctx.needs_input_grad[1]), None, None, None)
 
 
 def _as_alpha(alpha: Union[float, Tensor], like: Tensor) -> Tensor:
@@ -280,6 +290,26 @@ def entmax_bisect_dense(scores: Tensor, alpha: Union[float, Tensor], mask: Optio
 
     ``alpha``: a float, a one-element tensor, or one per head for ``scores [..., heads, queries, keys]``.
     """
+    x, a, layout = _dense(scores, alpha, mask)
+    return _EntmaxBisect.apply(x, a, layout, n_iter, _power_mode(alpha)).view(scores.shape)
+
+
+def dense_forward(scores: Tensor, alpha: Tensor, mask: Optional[Tensor], n_iter: int, power: int) -> Tensor:
+    """:func:`entmax_bisect_dense` without autograd (for a custom operator's forward), ``power`` given (0: any
+    alpha, 1: sparsemax, 2: 1.5-entmax); the backward kernel is compiled and loaded too."""
+    x, a, layout = _dense(scores, alpha, mask)
+    return _forward(x, a, layout, n_iter, power, with_backward=True).view(scores.shape)
+
+
+def dense_backward(weights: Tensor, grad: Tensor, alpha: Tensor, power: int, alpha_grad: bool):
+    """``(d scores, d alpha or None)`` of :func:`dense_forward`'s ``weights`` for the upstream ``grad``."""
+    x, a, layout = _dense(weights, alpha, None)
+    dx, d_alpha = _backward(x, grad.reshape(x.shape), a, layout, power, alpha_grad)
+    return dx.view(weights.shape), None if d_alpha is None else d_alpha.to(alpha.dtype).view(alpha.shape)
+
+
+def _dense(scores: Tensor, alpha: Union[float, Tensor], mask: Optional[Tensor]):
+    """Rows ``[R, keys]`` of ``scores`` (masked keys at ``-inf``), the flat alpha and the dense layout."""
     x = scores if mask is None else torch.where(mask, scores, scores.new_tensor(float("-inf")))
     shape = x.shape
     x = x.contiguous().view(-1, shape[-1])
@@ -290,7 +320,7 @@ def entmax_bisect_dense(scores: Tensor, alpha: Union[float, Tensor], mask: Optio
                          f"got {tuple(shape)}")
     layout = _Layout(x.shape[0], shape[-1], 1, None, _block(shape[-1], DENSE_BLOCK), shape[-2] if heads > 1 else 1,
                      heads)
-    return _EntmaxBisect.apply(x, a, layout, n_iter, _power_mode(alpha)).view(shape)
+    return x, a, layout
 
 
 def entmax_bisect_csr(scores: Tensor, alpha: Union[float, Tensor], ptr: Tensor, n_iter: int = 31) -> Tensor:
@@ -328,4 +358,5 @@ def entmax_bisect_groups(scores: Tensor, alpha: Union[float, Tensor], groups, n_
     return weights if order is None else torch.zeros_like(weights).index_copy(0, order, weights)
 
 
-__all__ = ["CSR_BLOCK", "DENSE_BLOCK", "entmax_bisect_csr", "entmax_bisect_dense", "entmax_bisect_groups"]
+__all__ = ["CSR_BLOCK", "DENSE_BLOCK", "dense_backward", "dense_forward", "entmax_bisect_csr", "entmax_bisect_dense",
+           "entmax_bisect_groups"]
