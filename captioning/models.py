@@ -129,7 +129,7 @@ class Att2in(nn.Module):
 
         The output layer runs once over all steps (one large matrix product forward and
         backward instead of one per step); sampled inputs use the same distribution, computed
-        without gradient for the rows that need it.
+        without gradient (for every row, so that nothing depends on how many rows the coin picks).
         """
         batch, per_image, length = captions.shape
         h, c, regions, projected, mask = (t.repeat_interleave(per_image, dim=0) for t in self.encode(features, mask))
@@ -137,12 +137,10 @@ class Att2in(nn.Module):
         outputs = []
         for t in range(length - 1):
             tokens = captions[:, t]
-            if t >= 1 and ss_prob > 0:
-                sampled = (torch.rand(tokens.shape, device=tokens.device) < ss_prob).nonzero().squeeze(1)
-                if sampled.numel():
-                    with torch.no_grad():
-                        probs = self.log_probs(outputs[-1][sampled]).exp()
-                    tokens = tokens.index_copy(0, sampled, torch.multinomial(probs, 1).squeeze(1))
+            if t >= 1 and ss_prob > 0:  # every row draws, the coin picks (no data-dependent shapes: no host read)
+                with torch.no_grad():
+                    drawn = torch.multinomial(self.log_probs(outputs[-1]).exp(), 1).squeeze(1)
+                tokens = torch.where(torch.rand(tokens.shape, device=tokens.device) < ss_prob, drawn, tokens)
             output, h, c, _ = self.core(self.word_embed(tokens), h, c, regions, projected, mask)
             outputs.append(output)
         return self.log_probs(torch.stack(outputs, dim=1))
