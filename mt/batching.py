@@ -56,15 +56,23 @@ class Batch:
     indices: List[int]
 
 
-def pad_sequences(seqs: Sequence[Tensor], pad: int) -> Tensor:
-    return torch.nn.utils.rnn.pad_sequence(list(seqs), batch_first=True, padding_value=pad)
+def pad_sequences(seqs: Sequence[Tensor], pad: int, multiple: int = 1) -> Tensor:
+    """``[N, L]``: the sequences padded to the longest, rounded up to a multiple of ``multiple``."""
+    padded = torch.nn.utils.rnn.pad_sequence(list(seqs), batch_first=True, padding_value=pad)
+    extra = -padded.shape[1] % multiple
+    return torch.nn.functional.pad(padded, (0, extra), value=pad) if extra else padded
 
 
 def collate(src: Sequence[Tensor], tgt: Sequence[Tensor], indices: Sequence[int], src_pad: int,
-            tgt_pad: int) -> Batch:
-    """Pad a batch; the target is split into decoder input (``bos y``) and output (``y eos``)."""
-    src_t = pad_sequences([src[i] for i in indices], src_pad)
+            tgt_pad: int, multiple: int = 1) -> Batch:
+    """Pad a batch; the target is split into decoder input (``bos y``) and output (``y eos``). With
+    ``multiple`` the lengths are rounded up (the target's to one more than a multiple, so that decoder
+    input and output are multiples): fewer distinct shapes, each a CUDA graph under ``reduce-overhead``."""
+    src_t = pad_sequences([src[i] for i in indices], src_pad, multiple)
     tgt_t = pad_sequences([tgt[i] for i in indices], tgt_pad)
+    extra = -(tgt_t.shape[1] - 1) % multiple
+    if extra:
+        tgt_t = torch.nn.functional.pad(tgt_t, (0, extra), value=tgt_pad)
     return Batch(src=src_t, src_mask=src_t.ne(src_pad), tgt_in=tgt_t[:, :-1], tgt_out=tgt_t[:, 1:],
                  indices=list(indices))
 

@@ -60,6 +60,9 @@ from .text import write_lines
 RESUMABLE_KEYS = ("data_root", "prepared_dir", "out_dir", "device", "train.max_steps", "train.max_epochs",
                   "train.patience", "train.threads", "train.precision", "train.compile", "train.log_every",
                   "train.progress", "train.average_last", "eval")
+#: With ``train.compile=reduce-overhead`` batch lengths are rounded up to a multiple of this: fewer shapes, each
+#: recorded once as a CUDA graph.
+LENGTH_MULTIPLE = 16
 
 
 class LRSchedule:
@@ -215,7 +218,8 @@ class Trainer:
             logger.close()
 
     def _collate(self, indices: List[int]) -> Batch:
-        return collate(self.train_data.src, self.train_data.tgt, indices, self.src_pad, self.tgt_pad)
+        return collate(self.train_data.src, self.train_data.tgt, indices, self.src_pad, self.tgt_pad,
+                       LENGTH_MULTIPLE if self.runtime.fixed_shapes else 1)
 
     def _update(self, batches: List[Batch], kl_weight: float, fallback: List[int]) -> List[Dict[str, torch.Tensor]]:
         """One optimiser update on this process's ``batches`` of the round; their losses.

@@ -156,14 +156,16 @@ class VQADataset(Dataset):
         encode_question: ``str -> list[int]`` (e.g. :class:`QuestionEncoder`, or a BERT tokenizer).
         pad_id: the id :meth:`collate` pads questions with.
         max_regions: pad/truncate every image to this many regions (MCAN: 100); None = batch max.
+        question_len: pad every question to this many tokens (fixed shapes, for CUDA graphs); None =
+            batch max.
     """
 
     def __init__(self, questions: Sequence[Mapping], annotations: Optional[Sequence[Mapping]],
                  features: RegionFeatureStore, answers: AnswerVocab, encode_question: Callable[[str], List[int]],
-                 pad_id: int = 0, max_regions: Optional[int] = None):
+                 pad_id: int = 0, max_regions: Optional[int] = None, question_len: Optional[int] = None):
         self.questions = list(questions)
         self.features, self.answers, self.encode_question = features, answers, encode_question
-        self.pad_id, self.max_regions = pad_id, max_regions
+        self.pad_id, self.max_regions, self.question_len = pad_id, max_regions, question_len
         missing = sorted({q["image_id"] for q in self.questions if q["image_id"] not in features})
         if missing:
             raise VQADataError(f"{features.path}: no region features for {len(missing)} image id(s) of the questions "
@@ -192,14 +194,16 @@ class VQADataset(Dataset):
         return item
 
     def collate(self, items: Sequence[Dict]) -> Dict:
-        return collate(items, pad_id=self.pad_id, max_regions=self.max_regions)
+        return collate(items, pad_id=self.pad_id, max_regions=self.max_regions, question_len=self.question_len)
 
 
-def collate(items: Sequence[Dict], pad_id: int = 0, max_regions: Optional[int] = None) -> Dict:
-    """Batch :class:`VQADataset` items: questions padded with ``pad_id`` and ``question_mask``
-    ([B, L], True = a real token), regions padded with ``region_mask`` ([B, N], True = real)."""
+def collate(items: Sequence[Dict], pad_id: int = 0, max_regions: Optional[int] = None,
+            question_len: Optional[int] = None) -> Dict:
+    """Batch :class:`VQADataset` items: questions padded with ``pad_id`` (to ``question_len``, or the longest)
+    and ``question_mask`` ([B, L], True = a real token), regions padded with ``region_mask`` ([B, N], True = real)."""
     lengths = [len(item["question_tokens"]) for item in items]
-    tokens = torch.full((len(items), max(max(lengths), 1)), pad_id, dtype=torch.long)
+    width = max(max(lengths), 1) if question_len is None else max(max(lengths), question_len)
+    tokens = torch.full((len(items), width), pad_id, dtype=torch.long)
     for i, item in enumerate(items):
         tokens[i, : lengths[i]] = item["question_tokens"]
     question_mask = torch.arange(tokens.shape[1]) < torch.tensor(lengths).unsqueeze(1)

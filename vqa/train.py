@@ -221,15 +221,18 @@ def run(cfg: DictConfig, progress: bool = True) -> Dict:
         raise VQADataError(f"data.train_splits {list(cfg.data.train_splits)} includes a split without annotations")
     vocab, answers = prepare_run(cfg, out_dir, [q for qs, _, _ in train_parts for q in qs], env)
     encode = QuestionEncoder(vocab, cfg.data.max_question_len)
+    question_len = cfg.data.max_question_len if runtime.fixed_shapes else None  # one shape: one CUDA graph
     train_set = torch.utils.data.ConcatDataset([
-        VQADataset(qs, anns, store, answers, encode, pad_id=vocab.pad, max_regions=cfg.data.max_regions)
+        VQADataset(qs, anns, store, answers, encode, pad_id=vocab.pad, max_regions=cfg.data.max_regions,
+                   question_len=question_len)
         for qs, anns, store in train_parts])
     collate = train_set.datasets[0].collate
     eval_loader, eval_annotations = None, None
     if cfg.data.eval_split and env.is_main:
         qs, eval_annotations, store = load_split(cfg, cfg.data.eval_split)
         if eval_annotations is not None:
-            eval_set = VQADataset(qs, eval_annotations, store, answers, encode, vocab.pad, cfg.data.max_regions)
+            eval_set = VQADataset(qs, eval_annotations, store, answers, encode, vocab.pad, cfg.data.max_regions,
+                                  question_len)
             eval_loader = DataLoader(eval_set, cfg.train.eval_batch_size, collate_fn=eval_set.collate,
                                      num_workers=cfg.train.num_workers, pin_memory=runtime.pin_memory)
 

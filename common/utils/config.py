@@ -110,6 +110,7 @@ RULES: Dict[str, Rule] = {
     "model.dropout": DROPOUT, "model.value_dropout": DROPOUT, "model.heads": at_least(1),
     "optim.eps": POSITIVE, "optim.grad_clip": at_least(0), "optim.decay_rate": POSITIVE, "data.max_regions": at_least(1),
     "train.precision": Rule(choices=("fp32", "bf16", "fp16")), "train.patience": at_least(0),
+    "train.compile": Rule(choices=("off", "default", "reduce-overhead", "max-autotune", True, False)),
     "train.max_epochs": at_least(1), "train.max_steps": at_least(1), "train.epochs": at_least(1),
     "train.batch_size": at_least(1), "train.eval_batch_size": at_least(1), "train.num_workers": at_least(0),
     "train.num_threads": at_least(1), "train.threads": at_least(1),

@@ -20,8 +20,10 @@ Every train, evaluate, translate and visualize CLI builds one :class:`Runtime` f
   state the checkpoints keep). On CUDA, float32 matrix products use TF32. The attention
   normalizers compute their softmax, noise and KL in float32 inside autocast
   (:class:`common.attention.Normalizer`).
-* ``compile``: ``torch.compile`` of the model's forward; the uncompiled module stays the one
-  whose weights are saved, so checkpoints load with or without compilation.
+* ``compile``: ``torch.compile`` of the model's forward (:func:`compile_model`) in one of
+  :data:`COMPILE_MODES`: ``off`` (or false), ``default`` (or true), ``reduce-overhead`` (CUDA graphs:
+  one launch of the whole step, for fixed shapes; CUDA only) or ``max-autotune``. The uncompiled module
+  stays the one whose weights are saved, so checkpoints load with or without compilation.
 """
 from __future__ import annotations
 
@@ -37,6 +39,8 @@ from torch import nn
 from .distributed import DistEnv, init_distributed
 
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+#: ``train.compile`` values: off, or a ``torch.compile`` mode (true and false are default and off).
+COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
 DEVICE_CHOICES = "auto, cpu, cuda or cuda:N"
 
 
@@ -71,6 +75,26 @@ def resolve_device(spec: Optional[str] = "auto", local_rank: int = 0) -> torch.d
     raise DeviceError(f"--device {spec!r}: expected {DEVICE_CHOICES}")
 
 
+def compile_mode(value: Any, device: torch.device) -> Optional[str]:
+    """The ``torch.compile`` mode that ``train.compile`` names (None for off); CUDA graphs need CUDA."""
+    mode = {False: "off", None: "off", True: "default"}.get(value, value) if isinstance(value, (bool, type(None))) \
+        else str(value)
+    if mode not in COMPILE_MODES:
+        raise DeviceError(f"train.compile={value!r}: expected one of {', '.join(COMPILE_MODES)} (or true / false)")
+    if mode == "reduce-overhead" and device.type != "cuda":
+        raise DeviceError(f"train.compile=reduce-overhead records CUDA graphs and needs a CUDA device, not {device}; "
+                          "use train.compile=default")
+    return None if mode == "off" else mode
+
+
+def compile_model(model, mode: Optional[str] = None, fullgraph: bool = False):
+    """``torch.compile(model, mode=mode, fullgraph=fullgraph)`` with Dynamo's RNN support on (off by default:
+    MCAN's question encoder and the LSTM decoders of Att2in and the MT LSTM are ``nn.LSTM``), so that those
+    models compile into one graph instead of breaking around each LSTM."""
+    torch._dynamo.config.allow_rnn = True
+    return torch.compile(model, mode=mode, fullgraph=fullgraph)
+
+
 def check_precision(precision: str, device: torch.device) -> str:
     """``precision`` if it is one of ``fp32|bf16|fp16`` and ``device`` supports it."""
     if precision not in PRECISIONS:
@@ -87,18 +111,19 @@ class Runtime:
 
     device: torch.device
     precision: str = "fp32"
-    compiled: bool = False
+    compile_mode: Optional[str] = None  # a torch.compile mode, or None: see compile_mode()
     env: DistEnv = dataclasses.field(default_factory=DistEnv)
 
     def __post_init__(self) -> None:
         check_precision(self.precision, self.device)
+        self.compile_mode = compile_mode(self.compile_mode, self.device)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision == "fp16")
         if self.device.type == "cuda":
             torch.backends.cuda.matmul.allow_tf32 = True
             torch.backends.cudnn.allow_tf32 = True
 
     @classmethod
-    def create(cls, device: Optional[str] = "auto", precision: str = "fp32", compile: bool = False,
+    def create(cls, device: Optional[str] = "auto", precision: str = "fp32", compile: Any = False,
                threads: Optional[int] = None, distributed: bool = False) -> "Runtime":
         """Resolve ``device`` and set up this process (torch threads; the torchrun process group
         when ``distributed``)."""
@@ -107,12 +132,21 @@ class Runtime:
         local_rank = int(os.environ.get("LOCAL_RANK", "0")) if distributed else 0
         resolved = resolve_device(device, local_rank)
         env = init_distributed(device=str(resolved)) if distributed else DistEnv(device=resolved)
-        return cls(env.device, precision, bool(compile), env)
+        return cls(env.device, precision, compile, env)
 
     # ------------------------------------------------------------------ model ----
+    @property
+    def compiled(self) -> bool:
+        return self.compile_mode is not None
+
+    @property
+    def fixed_shapes(self) -> bool:
+        """Whether batches should keep one shape (CUDA graphs record one graph per shape)."""
+        return self.compile_mode == "reduce-overhead"
+
     def compile(self, model: nn.Module) -> nn.Module:
-        """``torch.compile(model)`` when compilation is on, else ``model`` itself."""
-        return torch.compile(model) if self.compiled else model
+        """:func:`compile_model` in this run's mode when compilation is on, else ``model`` itself."""
+        return compile_model(model, self.compile_mode) if self.compiled else model
 
     @property
     def dtype(self) -> Optional[torch.dtype]:
@@ -167,7 +201,7 @@ class Runtime:
     # ------------------------------------------------------------------ records --
     def describe(self) -> dict:
         """What a results record says about where the run computed."""
-        info = {"device": str(self.device), "precision": self.precision, "compile": self.compiled,
+        info = {"device": str(self.device), "precision": self.precision, "compile": self.compile_mode or False,
                 "world_size": self.env.world_size}
         if self.device.type == "cuda":
             info["gpu"] = torch.cuda.get_device_name(self.device)

@@ -144,3 +144,19 @@ def test_lstm_runs_in_float32_under_cpu_autocast():
     assert out.dtype == h.dtype == torch.float32
     assert torch.equal(out, expected)
     assert set(lstm.state_dict()) == set(nn.LSTM(6, 5, bidirectional=True).state_dict())  # checkpoints unchanged
+
+
+@pytest.mark.parametrize("value,mode", [(False, None), ("off", None), (True, "default"), ("default", "default"),
+                                        ("max-autotune", "max-autotune")])
+def test_compile_modes(value, mode):
+    runtime = Runtime(torch.device("cpu"), compile_mode=value)
+    assert runtime.compile_mode == mode and runtime.compiled == (mode is not None)
+    assert runtime.describe()["compile"] == (mode or False) and not runtime.fixed_shapes
+
+
+@pytest.mark.parametrize("value,message", [
+    ("reduce-overhead", "train.compile=reduce-overhead records CUDA graphs and needs a CUDA device"),
+    ("fast", "train.compile='fast': expected one of off, default, reduce-overhead, max-autotune")])
+def test_bad_compile_modes_are_one_line_errors(value, message):
+    with pytest.raises(DeviceError, match=message):
+        Runtime(torch.device("cpu"), compile_mode=value)

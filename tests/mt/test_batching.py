@@ -48,3 +48,13 @@ def test_collate_pads_and_shifts_targets():
     assert batch.src_mask.tolist() == [[True, True, True], [True, True, False]]
     assert batch.tgt_in.tolist() == [[2, 8, 9], [2, 10, 3]]
     assert batch.tgt_out.tolist() == [[8, 9, 3], [10, 3, 0]]
+
+
+def test_collate_rounds_lengths_up_for_fixed_shapes():
+    """``multiple`` (train.compile=reduce-overhead) pads source and decoder input/output to a multiple."""
+    src = [torch.tensor([5, 6, 3]), torch.tensor([7, 3])]
+    tgt = [torch.tensor([2, 8, 9, 3]), torch.tensor([2, 10, 3])]
+    batch = collate(src, tgt, [0, 1], src_pad=0, tgt_pad=1, multiple=4)
+    assert batch.src.tolist() == [[5, 6, 3, 0], [7, 3, 0, 0]] and batch.src_mask.sum().item() == 5
+    assert batch.tgt_in.tolist() == [[2, 8, 9, 3], [2, 10, 3, 1]]
+    assert batch.tgt_out.tolist() == [[8, 9, 3, 1], [10, 3, 1, 1]]

@@ -124,6 +124,10 @@ def test_dataset_items_and_collate(fixture):
     assert batch["target"].shape == (5, len(answers))
     test = VQADataset(questions, None, store, answers, QuestionEncoder(vocab, 14))
     assert "target" not in test[0] and "target" not in test.collate([test[0]])
+    fixed = VQADataset(questions, annotations, store, answers, QuestionEncoder(vocab, 14), max_regions=100,
+                       question_len=14).collate([dataset[i] for i in range(5)])  # one shape: CUDA graphs
+    assert fixed["question_tokens"].shape == (5, 14) and fixed["question_mask"].sum(1).tolist() == lengths
+    assert torch.equal(fixed["question_tokens"][:, :batch["question_tokens"].shape[1]], batch["question_tokens"])
 
 
 def test_dataset_reports_missing_features_and_annotations(fixture):
