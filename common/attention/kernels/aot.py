@@ -206,13 +206,14 @@ def _entmax_cases() -> Iterator[tuple[str, Callable[[], None]]]:
 CASE_FAMILIES = {"dense-bam": _dense_bam_cases, "edge-bam": _edge_bam_cases, "entmax": _entmax_cases}
 
 
-def collect(families=tuple(CASE_FAMILIES), arch: int = 90, match: str = "") -> list:
-    """The distinct launches of every case of ``families`` (whose name contains ``match``), each with the
-    names of its cases."""
+def collect(families=tuple(CASE_FAMILIES), arch: int = 90, match=()) -> list:
+    """The distinct launches of every case of ``families`` (whose name contains one of the strings of
+    ``match``, when given), each with the names of its cases."""
     distinct: dict = {}
+    match = (match,) if isinstance(match, str) else tuple(match)
     for family in families:
         for name, run in CASE_FAMILIES[family]():
-            if match not in name:
+            if match and not any(part in name for part in match):
                 continue
             with recording(arch) as launches:
                 run()
@@ -315,7 +316,7 @@ def _isolated(job) -> dict:
 
 
 def check(arches=ARCHES, families=tuple(CASE_FAMILIES), jobs: Optional[int] = None,
-          progress: Callable[[dict], None] = lambda report: None, match: str = "") -> list:
+          progress: Callable[[dict], None] = lambda report: None, match=()) -> list:
     """Reports (as dicts) for every distinct launch of ``families`` on every architecture of ``arches``."""
     from concurrent.futures import ThreadPoolExecutor
 
@@ -350,10 +351,12 @@ def main(argv: Optional[list] = None) -> int:
                         help="compute capabilities to compile for (default: %(default)s)")
     parser.add_argument("--family", nargs="+", default=list(CASE_FAMILIES), choices=list(CASE_FAMILIES),
                         help="which kernels (default: all)")
-    parser.add_argument("--match", default="", help="only the cases whose name contains this (e.g. 'bfloat16 d=128')")
+    parser.add_argument("--match", nargs="+", default=(),
+                        help="only the cases whose name contains one of these (e.g. 'bfloat16 d=128')")
     parser.add_argument("--jobs", type=int, default=None, help="parallel compiles (default: the CPU count)")
     parser.add_argument("--out", default=None, help="write the reports and the summary as JSON here")
     args = parser.parse_args(argv)
+    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # Triton's default; unset it warns on every compile
 
     def progress(report: dict) -> None:
         launch = report["launch"]
