@@ -58,8 +58,8 @@ from .text import write_lines
 
 #: Config keys that may change between a run and its resumption (where files go, stopping, speed, evaluation).
 RESUMABLE_KEYS = ("data_root", "prepared_dir", "out_dir", "device", "train.max_steps", "train.max_epochs",
-                  "train.patience", "train.threads", "train.precision", "train.compile", "train.log_every",
-                  "train.progress", "train.average_last", "eval")
+                  "train.max_minutes", "train.patience", "train.threads", "train.precision", "train.compile",
+                  "train.log_every", "train.progress", "train.average_last", "eval")
 #: With ``train.compile=reduce-overhead`` batch lengths are rounded up to a multiple of this: fewer shapes, each
 #: recorded once as a CUDA graph.
 LENGTH_MULTIPLE = 16
@@ -203,7 +203,7 @@ class Trainer:
         return p["epoch"] + (1 if p["batch"] else 0)
 
     def run(self) -> None:
-        """Train until ``max_steps``, ``max_epochs`` or the patience runs out; a run that stops between
+        """Train until ``max_steps``, ``max_epochs``, ``max_minutes`` or the patience runs out; a run that stops between
         two validations validates (and checkpoints) its last update, so no run ends without ``best.pt``."""
         cfg, p = self.cfg.train, self.progress
         logger = MetricsLogger(self.out_dir, enabled=self.env.is_main)
@@ -282,6 +282,8 @@ class Trainer:
                 self._log_window(logger, window, lr, kl_weight, now - tick)
                 window = {k: 0 for k in window}
                 tick = now
+                if cfg.train.max_minutes and self._out_of_time():
+                    p["done"] = True
             if cfg.train.eval_every and p["step"] % cfg.train.eval_every == 0:
                 p["train_seconds"] += time.perf_counter() - tick
                 self._validate(logger)
@@ -295,6 +297,11 @@ class Trainer:
             p["batch"] = 0
             if not cfg.train.eval_every:
                 self._validate(logger)
+
+    def _out_of_time(self) -> bool:
+        """Whether any process has trained for ``train.max_minutes`` (all of them stop together)."""
+        over = self.progress["train_seconds"] >= 60 * self.cfg.train.max_minutes
+        return bool(all_reduce_sum(torch.tensor([float(over)], device=self.runtime.device), self.env).item())
 
     def _log_window(self, logger: MetricsLogger, window: dict, lr: float, kl_weight: float, seconds: float) -> None:
         """Log the training loss, CE and KL per target token since the last log, over every process."""

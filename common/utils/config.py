@@ -112,6 +112,7 @@ RULES: Dict[str, Rule] = {
     "train.precision": Rule(choices=("fp32", "bf16", "fp16")), "train.patience": at_least(0),
     "train.compile": Rule(choices=("off", "default", "reduce-overhead", "max-autotune", True, False)),
     "train.max_epochs": at_least(1), "train.max_steps": at_least(1), "train.epochs": at_least(1),
+    "train.max_minutes": at_least(0),
     "train.batch_size": at_least(1), "train.eval_batch_size": at_least(1), "train.num_workers": at_least(0),
     "train.num_threads": at_least(1), "train.threads": at_least(1),
     "train.log_every": at_least(1), "train.eval_every": at_least(0),

@@ -45,3 +45,11 @@ def test_a_run_written_on_a_gpu_resumes_and_evaluates_on_the_cpu(tiny_root, tmp_
     rewrite_as_written_on_cuda(resumed["out"])
     assert evaluate.main([str(resumed["out"]), "--split", "val", "--beam", "1", "--data-root", str(tiny_root),
                           "--device", "cpu"]) == 0
+
+
+def test_a_time_budget_stops_training_and_still_evaluates(tiny_root, tmp_path):
+    """train.max_minutes (the GPU suite's timed runs): past the budget the run stops at the next log
+    window, validates its last update and writes the results."""
+    run = train_probe(tiny_root, tmp_path, "transformer", steps=50, extra=["train.max_minutes=1e-9"])
+    assert len(run["losses"]) == 1  # one log window (log_every=1), then out of time
+    assert run["eval"] > 0 and (run["out"] / "best.pt").is_file() and (run["out"] / "results.json").is_file()
