@@ -1,7 +1,7 @@
 """MCAN-small throughput: questions per second in training and inference, BAM vs softmax.
 
     python benchmarks/vqa.py [--attention softmax bam-wc] [--batch-size 16] [--repeats 5] [--threads 2]
-    python benchmarks/vqa.py --device cuda --batch-size 64 --precision fp32 bf16 --compile off on
+    python benchmarks/vqa.py --device cuda --batch-size 64 --precision fp32 bf16 --compile off default reduce-overhead
 
 One run measures every attention variant side by side on the same synthetic batch (MCAN-small:
 hidden 512, 8 heads, 6 + 6 layers, 14 question tokens, 100 regions of 2048-d features, 3,129
@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from common import attention  # noqa: E402
 from common.utils import atomic_write_json, environment  # noqa: E402
-from common.utils.runtime import Runtime  # noqa: E402
+from common.utils.runtime import COMPILE_MODES, Runtime  # noqa: E402
 from vqa.mcan import MCAN, MCANConfig  # noqa: E402
 
 from _measure import interleaved_wall_cpu  # noqa: E402
@@ -61,6 +61,7 @@ def train_step(model: MCAN, optimizer, inputs, target, runtime: Runtime) -> Call
     forward = runtime.compile(model)
 
     def step():
+        runtime.begin_step()
         model.train()
         optimizer.zero_grad(set_to_none=True)
         with runtime.autocast(), attention.aux_losses() as aux:
@@ -75,6 +76,7 @@ def inference_step(model: MCAN, inputs, runtime: Runtime) -> Callable[[], None]:
     forward = runtime.compile(model)
 
     def step():
+        runtime.begin_step()
         model.eval()
         with torch.no_grad(), runtime.autocast():
             forward(*inputs)
@@ -92,7 +94,8 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", default="cpu", help="cpu (default), cuda or cuda:N")
     parser.add_argument("--precision", nargs="+", default=["fp32"], choices=("fp32", "bf16", "fp16"))
-    parser.add_argument("--compile", nargs="+", default=["off"], choices=("off", "on"))
+    parser.add_argument("--compile", nargs="+", default=["off"], choices=("off", "on", *COMPILE_MODES[1:]),
+                        help="torch.compile modes (on = default; reduce-overhead: CUDA graphs, CUDA only)")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
     if "softmax" not in args.attention:
@@ -108,7 +111,8 @@ def main(argv=None) -> int:
     train_fns, infer_fns = {}, {}
     for row in rows:
         name, precision, compiled = row.split("/")
-        runtime = Runtime(device, precision, compiled == "compile-on")
+        mode = compiled.removeprefix("compile-")
+        runtime = Runtime(device, precision, "default" if mode == "on" else mode)
         torch.manual_seed(0)
         model = MCAN(MCANConfig(vocab_size=vocab, num_answers=answers, attention=name)).to(device)
         optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)

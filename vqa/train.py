@@ -173,16 +173,19 @@ def train_epoch(ddp_model, loader: DataLoader, optimizer, scheduler, schedule: a
     """One pass over ``loader``: summed BCE (+ weighted KL) per batch, Adam and scheduler steps.
 
     Returns this process's sums (``bce``, ``kl`` weighted by batch size, ``n`` questions) and the
-    update count after the epoch.
+    update count after the epoch. The losses are summed on the device and read back only at the
+    ``log_every`` updates and at the end (a read per update would synchronise the host with the GPU).
     """
     ddp_model.train()
     env, device = runtime.env, runtime.device
-    sums = {"bce": 0.0, "kl": 0.0, "n": 0}
+    totals = torch.zeros(2, dtype=torch.float64, device=device)  # summed BCE, summed size-weighted KL
+    sums = {"n": 0}
     bar = console.progress(loader, desc=f"{desc} batch", enabled=progress)
     clip = (lambda: torch.nn.utils.clip_grad_norm_(ddp_model.parameters(), cfg.optim.grad_clip)) \
         if cfg.optim.grad_clip else None
     for batch in bar:
         batch = runtime.to_device(batch)
+        runtime.begin_step()
         optimizer.zero_grad(set_to_none=True)
         with runtime.autocast(), attention.aux_losses() if collect_kl else nullcontext() as aux:
             logits = ddp_model(*model_inputs(batch))
@@ -195,15 +198,15 @@ def train_epoch(ddp_model, loader: DataLoader, optimizer, scheduler, schedule: a
         scheduler.step()
         update += 1
         size = batch["target"].shape[0]
-        sums["bce"] += bce.item()
-        sums["kl"] += kl.item() * size
+        totals += torch.stack([bce.detach(), kl.detach() * size]).double()
         sums["n"] += size
         if update % cfg.train.log_every == 0:
             logger.log(update, **{"train/bce": all_reduce_mean(bce.detach() / size, env),
                                   "train/kl": all_reduce_mean(kl.detach(), env), "train/kl_weight": kl_weight,
                                   "train/lr": scheduler.get_last_lr()[0]})
-        bar.set_postfix(bce=f"{bce.item() / size:.3f}")
+            bar.set_postfix(bce=f"{bce.item() / size:.3f}")
     bar.close()
+    sums["bce"], sums["kl"] = totals.tolist()
     return sums, update
 
 

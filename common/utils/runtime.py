@@ -144,6 +144,12 @@ class Runtime:
         """Whether batches should keep one shape (CUDA graphs record one graph per shape)."""
         return self.compile_mode == "reduce-overhead"
 
+    def begin_step(self) -> None:
+        """Mark a new training or evaluation step: with CUDA graphs (``reduce-overhead``) the outputs of the
+        previous replay may then be overwritten (``torch.compiler.cudagraph_mark_step_begin``)."""
+        if self.compile_mode == "reduce-overhead":
+            torch.compiler.cudagraph_mark_step_begin()
+
     def compile(self, model: nn.Module) -> nn.Module:
         """:func:`compile_model` in this run's mode when compilation is on, else ``model`` itself."""
         return compile_model(model, self.compile_mode) if self.compiled else model
