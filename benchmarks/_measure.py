@@ -15,7 +15,8 @@ from typing import Callable, Optional
 import torch
 from torch.utils.benchmark import Timer
 
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
+#: Where :func:`write_json` writes: ``$ATTN_RESULTS_DIR`` (the GPU suite sets it), else ``benchmarks/results``.
+RESULTS_DIR = Path(os.environ.get("ATTN_RESULTS_DIR") or Path(__file__).resolve().parent / "results")
 
 
 def time_ms(fn: Callable[[], None], threads: int, min_run_time: float) -> float:

@@ -84,6 +84,14 @@ def inference_step(model: MCAN, inputs, runtime: Runtime) -> Callable[[], None]:
     return step
 
 
+def _row(parser: argparse.ArgumentParser, row: str) -> str:
+    """``NAME/PRECISION/MODE`` as a row key, or a parser error."""
+    parts = row.split("/")
+    if len(parts) != 3 or parts[1] not in ("fp32", "bf16", "fp16") or parts[2] not in ("off", "on", *COMPILE_MODES[1:]):
+        parser.error(f"--rows {row}: expected NAME/PRECISION/MODE, e.g. bam-wc/bf16/reduce-overhead")
+    return f"{parts[0]}/{parts[1]}/compile-{parts[2]}"
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--attention", nargs="+", default=["softmax", "bam-wc"])
@@ -96,6 +104,9 @@ def main(argv=None) -> int:
     parser.add_argument("--precision", nargs="+", default=["fp32"], choices=("fp32", "bf16", "fp16"))
     parser.add_argument("--compile", nargs="+", default=["off"], choices=("off", "on", *COMPILE_MODES[1:]),
                         help="torch.compile modes (on = default; reduce-overhead: CUDA graphs, CUDA only)")
+    parser.add_argument("--rows", nargs="+", metavar="NAME/PRECISION/MODE",
+                        help="measure these rows only (e.g. bam-wc/bf16/reduce-overhead) instead of every combination "
+                             "of --attention, --precision and --compile; softmax/fp32/off is always measured")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
     if "softmax" not in args.attention:
@@ -106,8 +117,11 @@ def main(argv=None) -> int:
     inputs, target = Runtime(device).to_device(synthetic_batch(args.batch_size, args.question_len, args.regions,
                                                                vocab, answers))
     reference = "softmax/fp32/compile-off"  # today's step: fp32, eager
-    rows = dict.fromkeys([reference] + [f"{name}/{precision}/compile-{compiled}" for name in args.attention
-                                        for precision in args.precision for compiled in args.compile])
+    combinations = [f"{name}/{precision}/compile-{compiled}" for name in args.attention
+                    for precision in args.precision for compiled in args.compile]
+    if args.rows:
+        combinations = [_row(parser, row) for row in args.rows]
+    rows = dict.fromkeys([reference] + combinations)
     train_fns, infer_fns = {}, {}
     for row in rows:
         name, precision, compiled = row.split("/")
