@@ -194,8 +194,8 @@ def train_epoch(cfg: DictConfig, model, optimizer, loader: DataLoader, schedule:
         extra["iteration"] += 1
         batches += 1
         for key, value in (("train/loss", loss.detach()), ("train/nll", nll.detach()), ("train/kl", kl.detach())):
-            totals[key] += value.item()
-    return {key: value / max(batches, 1) for key, value in totals.items()}
+            totals[key] = totals[key] + value  # on the device: read once, at the end of the epoch
+    return {key: float(value) / max(batches, 1) for key, value in totals.items()}
 
 
 def _check_resumable(checkpointer: Checkpointer, config: dict) -> None:

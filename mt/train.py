@@ -271,11 +271,12 @@ class Trainer:
             kl_weight = self.kl(p["step"])
             for out in self._update([self._collate(indices) for indices in mine], kl_weight,
                                     fallback=batches[position - 1]):
-                tokens = int(out["tokens"])
-                window["ce_sum"] += float(out["ce_sum"].detach())
-                window["weighted_kl"] += kl_weight * float(out["kl"].detach()) * tokens
-                window["kl"] += float(out["kl"].detach()) * tokens
-                window["tokens"] += tokens
+                # summed on the device, read at the log step (a read per update would synchronise the host)
+                tokens, kl = out["tokens"].detach(), out["kl"].detach()
+                window["ce_sum"] = window["ce_sum"] + out["ce_sum"].detach()
+                window["weighted_kl"] = window["weighted_kl"] + kl_weight * kl * tokens
+                window["kl"] = window["kl"] + kl * tokens
+                window["tokens"] = window["tokens"] + tokens
             if p["step"] % cfg.train.log_every == 0:
                 now = time.perf_counter()
                 p["train_seconds"] += now - tick
@@ -306,8 +307,8 @@ class Trainer:
     def _log_window(self, logger: MetricsLogger, window: dict, lr: float, kl_weight: float, seconds: float) -> None:
         """Log the training loss, CE and KL per target token since the last log, over every process."""
         keys = ("ce_sum", "weighted_kl", "kl", "tokens")
-        sums = all_reduce_sum(torch.tensor([float(window[k]) for k in keys], dtype=torch.float64,
-                                           device=self.runtime.device), self.env).tolist()
+        sums = all_reduce_sum(torch.stack([torch.as_tensor(window[k], dtype=torch.float64, device=self.runtime.device)
+                                           for k in keys]), self.env).tolist()
         ce_sum, weighted_kl, kl, tokens = sums
         tokens_or_one = max(tokens, 1.0)
         p = self.progress

@@ -250,7 +250,7 @@ def run(cfg: DictConfig, progress: bool = True) -> Dict:
                                         "train/span_penalty": span_penalty.item(), "train/kl": kl.item(),
                                         "train/kl_weight": kl_weight, "train/lr": scheduler.get_last_lr()[0]},
                                **head_parameters(model))
-                bar.set_postfix(bce=f"{bce.item():.3f}")
+                    bar.set_postfix(bce=f"{bce.item():.3f}")  # a read per update would synchronise the host
                 epoch_end = step % steps_per_epoch == 0 or step == total_steps
                 if epoch_end:
                     row = {"epoch": epoch, "step": step, "train_bce_last": bce.item()}
