@@ -24,7 +24,9 @@ under the same noise).
 
 Where :func:`~common.attention.kernels.use_triton` says so (CUDA tensors), the Triton kernels
 of :mod:`common.attention.kernels.dense_bam` do the same work in one flash-style pass, with
-the noise drawn in the kernel from a counter-based generator.
+the noise drawn in the kernel from a counter-based generator, behind the custom operator
+``torch.ops.attention_suite.dense_bam`` (fake implementation and gradient registered), which
+``torch.compile`` keeps in its graph.
 
 :class:`~common.attention.blocks.Attend` calls :func:`fused_bam` first and takes this path
 whenever nothing needs the weight matrix (see :func:`fused_bam` for the conditions); set
@@ -541,7 +543,7 @@ def dense_bam_attention(
         raise ValueError(f"{norm.extra_repr()}: no closed-form KL under a causal mask; use the materialised path")
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     noise_scale = norm.noise_scale if norm.sampling else 0.0
-    triton = noise is None and q.dtype != torch.float64 and use_triton(q, "dense_bam")
+    triton = _triton_takes(q, v, noise)
     seed = 0 if triton or not (noise_scale or dropout) else int(torch.randint(0, 1 << 62, ()))
     sampler = Sampler(norm.posterior, noise_scale, dropout, seed, noise)
     key_mask = None if mask is None else mask.view((1,) * max(2 - mask.dim(), 0) + mask.shape)
@@ -554,14 +556,10 @@ def dense_bam_attention(
         proj = None
         if triton:
             try:
-                result = _triton_attention(q, k, v, key_mask, causal, scale, sampler, collect, want_sq)
+                out, lse, sq = _triton_attention(q, k, v, key_mask, causal, scale, sampler, collect, want_sq)
             except KernelFailure as failure:  # cannot compile or run on this GPU: warn once, chunks from now on
                 fall_back(failure)
-                result = None
-            if result is None:  # (or the kernels have no tiling for this dtype and head size)
                 triton, sampler.seed = False, int(torch.randint(0, 1 << 62, ()))
-            else:
-                out, lse, sq = result
         if not triton:  # the chunks take the KL's projections of q too (all keys: no causal mask)
             weights = projection_weights(kernel, kf, **kl_args) if collect and not causal else None
             out, lse, sq, proj = _chunked_attention(qf, kf, vf, key_mask, causal, scale, sampler, collect, want_sq,
@@ -590,27 +588,87 @@ def _chunked_attention(q, k, v, key_mask, causal, scale, sampler, want_lse, want
             None if key_weights is None else proj.view(lead + proj.shape[-2:]))
 
 
-def _triton_attention(q, k, v, key_mask, causal, scale, sampler, want_lse, want_sq):
-    """:class:`~common.attention.kernels.dense_bam.TritonNoisyAttention` over ``[..., H, L, d]``
-    tensors (in their own dtype, float32 accumulation); its noise is keyed by (seed, batch*head,
-    query, key) and does not depend on the tiling. None where the kernels have no tiling for the
-    dtype and head size (:func:`~common.attention.kernels.dense_bam.tiles`)."""
+def _triton_takes(q: Tensor, v: Tensor, noise: Optional[Tensor]) -> bool:
+    """Whether the Triton kernels (the custom operator ``attention_suite::dense_bam``) take this call: on CUDA
+    (or the interpreter), no explicit noise, not float64, and a tiling for the dtype and head size. Decided from
+    static facts, so that ``torch.compile`` traces the operator into the graph."""
+    if noise is not None or q.dtype == torch.float64 or not use_triton(q, "dense_bam", behind_op=True):
+        return False
     from .kernels import interpreting
-    from .kernels.dense_bam import (NOISE_LOGNORMAL, NOISE_NONE, NOISE_WEIBULL, TritonNoisyAttention, seed_for_call,
-                                    tiles)
+    from .kernels.dense_bam import tiles
+    return tiles(q.dtype, q.shape[-1], v.shape[-1], interpreting()) is not None
+
+
+@torch.library.custom_op("attention_suite::dense_bam", mutates_args=())
+def triton_dense_bam(q: Tensor, k: Tensor, v: Tensor, key_mask: Optional[Tensor], seed: Tensor, causal: bool,
+                     scale: float, noise_kind: int, noise_scale: float, dropout: float, want_lse: bool,
+                     want_sq: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``(out, norm, LSE, S2)`` of the Triton kernels (:func:`common.attention.kernels.dense_bam.forward`) for
+    ``q [BH, Q, d]``, ``k [BH, K, d]``, ``v [BH, K, dv]``, a key mask ``[BH, K]`` (int8) or None, and a seed
+    tensor on the device; a custom operator with a fake implementation and its gradient registered, so that
+    ``torch.compile`` and FakeTensor tracing see one op."""
+    from .kernels import interpreting
+    from .kernels.dense_bam import forward
+    return forward(q, k, v, key_mask, seed, causal, scale, noise_kind, noise_scale, dropout, want_lse, want_sq,
+                   interpreting())
+
+
+@triton_dense_bam.register_fake
+def _(q, k, v, key_mask, seed, causal, scale, noise_kind, noise_scale, dropout, want_lse, want_sq):
+    rows = q.shape[:-1]
+    return (q.new_empty(rows + v.shape[-1:]), *(q.new_empty(rows, dtype=torch.float32) for _ in range(3)))
+
+
+@torch.library.custom_op("attention_suite::dense_bam_backward", mutates_args=())
+def triton_dense_bam_backward(q: Tensor, k: Tensor, v: Tensor, key_mask: Optional[Tensor], seed: Tensor, out: Tensor,
+                              norm: Tensor, lse: Tensor, d_out: Tensor, d_lse: Tensor, d_sq: Tensor, causal: bool,
+                              scale: float, noise_kind: int, noise_scale: float, dropout: float, want_lse: bool,
+                              want_sq: bool) -> tuple[Tensor, Tensor, Tensor]:
+    """``(dq, dk, dv)`` of :func:`triton_dense_bam` (:func:`common.attention.kernels.dense_bam.backward`)."""
+    from .kernels import interpreting
+    from .kernels.dense_bam import backward
+    return backward(q, k, v, key_mask, seed, out, norm, lse, d_out, d_lse, d_sq, causal, scale, noise_kind,
+                    noise_scale, dropout, want_lse, want_sq, interpreting())
+
+
+@triton_dense_bam_backward.register_fake
+def _(q, k, v, key_mask, seed, out, norm, lse, d_out, d_lse, d_sq, causal, scale, noise_kind, noise_scale, dropout,
+      want_lse, want_sq):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+def _dense_bam_setup(ctx, inputs, output):
+    q, k, v, key_mask, seed, *options = inputs
+    out, norm, lse, _ = output
+    ctx.save_for_backward(q, k, v, key_mask, seed, out, norm, lse)
+    ctx.options = options
+
+
+def _dense_bam_gradient(ctx, d_out, d_norm, d_lse, d_sq):
+    q, k, v, key_mask, seed, out, norm, lse = ctx.saved_tensors
+    d_lse = torch.zeros_like(lse) if d_lse is None else d_lse
+    d_sq = torch.zeros_like(lse) if d_sq is None else d_sq
+    dq, dk, dv = triton_dense_bam_backward(q, k, v, key_mask, seed, out, norm, lse, d_out, d_lse, d_sq, *ctx.options)
+    return dq, dk, dv, *([None] * 9)
+
+
+triton_dense_bam.register_autograd(_dense_bam_gradient, setup_context=_dense_bam_setup)
+
+
+def _triton_attention(q, k, v, key_mask, causal, scale, sampler, want_lse, want_sq):
+    """:func:`triton_dense_bam` over ``[..., H, L, d]`` tensors (in their own dtype, float32 accumulation);
+    its noise is keyed by (seed, batch*head, query, key) and does not depend on the tiling."""
+    from .kernels.dense_bam import NOISE_LOGNORMAL, NOISE_NONE, NOISE_WEIBULL, seed_for_call
 
     lead, (n_q, d), (n_k, dv) = q.shape[:-2], q.shape[-2:], v.shape[-2:]
-    if tiles(q.dtype, d, dv, interpreting()) is None:
-        return None
     q3, k3, v3 = (x.reshape(-1, *x.shape[-2:]).contiguous() for x in (q, k, v))
     km = None
     if key_mask is not None:
         km = key_mask.squeeze(-2).expand(lead + (n_k,)).reshape(-1, n_k).to(torch.int8).contiguous()
     kind = NOISE_NONE if not sampler.noise_scale else (NOISE_WEIBULL if sampler.posterior == "weibull"
                                                        else NOISE_LOGNORMAL)
-    out, lse, sq = TritonNoisyAttention.apply(q3, k3, v3, km, causal, scale, kind, float(sampler.noise_scale),
-                                              float(sampler.dropout), seed_for_call(q.device), want_lse, want_sq,
-                                              interpreting())
+    out, _, lse, sq = triton_dense_bam(q3, k3, v3, km, seed_for_call(q.device), causal, scale, kind,
+                                       float(sampler.noise_scale), float(sampler.dropout), want_lse, want_sq)
     return out.view(lead + (n_q, dv)), lse.view(lead + (n_q,)), sq.view(lead + (n_q,))
 
 
@@ -618,16 +676,18 @@ def fused_bam(attend, q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], c
               need_maps: bool) -> Optional[Tensor]:
     """``Attend``'s output by :func:`dense_bam_attention` when nothing needs the weight matrix, else None.
 
-    Taken outside ``torch.compile`` when the normalizer is BAM, no map operator is on (position interactions,
+    Taken when the normalizer is BAM, no map operator is on (position interactions,
     predictive/evolving, span, convoluted), ``need_maps`` is off, the mask is a key padding
     mask (per-query masks keep the materialised path), and, when the KL is collected, its
-    closed form covers the mask (:func:`~common.attention.bam_stats.supports`). In evaluation
+    closed form covers the mask (:func:`~common.attention.bam_stats.supports`). Under
+    ``torch.compile`` only where the Triton operator takes the call (:func:`_triton_takes`):
+    the CPU chunks are not traceable, and inductor fuses the materialised path itself. In evaluation
     without Monte Carlo sampling and without a KL collector, BAM is its posterior mean,
     softmax, and the call is ``F.scaled_dot_product_attention``.
     """
     norm = attend.normalizer
     if (not isinstance(norm, BAM) or need_maps or os.environ.get("ATTN_FUSED_BAM", "1") == "0"
-            or torch.compiler.is_compiling()  # torch.compile fuses the materialised path itself
+            or (torch.compiler.is_compiling() and not _triton_takes(q, v, None))
             or any(op is not None for op in (attend.absolute, attend.relative, attend.cross_layer,
                                              attend.span, attend.convoluted))
             or not (q.shape[:-2] == k.shape[:-2] == v.shape[:-2])

@@ -81,3 +81,41 @@ def test_kernel_noise_has_the_posterior_law():
     assert abs(normal.mean()) < 0.03 and abs(normal.var() - 1) < 0.05
     assert abs((keep == 0).float().mean() - 0.25) < 0.02
     torch.testing.assert_close(keep.unique(), torch.tensor([0.0, 4 / 3]))
+
+
+def test_the_kernels_are_a_checked_custom_operator():
+    """``torch.ops.attention_suite.dense_bam`` passes torch.library's checks (schema, fake tensors, autograd
+    registration) on the interpreter."""
+    from common.attention.dense_bam import triton_dense_bam
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, n, D, generator=g).requires_grad_() for n in (Q, K, K))
+    km = (torch.arange(K) < torch.tensor([K, 5])[:, None]).to(torch.int8)
+    seed = torch.tensor([7])
+    for mask, causal, noise in ((km, False, 1), (None, True, 2)):
+        torch.library.opcheck(triton_dense_bam, (q, k, v, mask, seed, causal, D ** -0.5, noise, 0.5, 0.0, True, True),
+                              test_utils=("test_schema", "test_faketensor", "test_autograd_registration"))
+
+
+def test_torch_compile_keeps_the_kernels_in_one_graph(monkeypatch):
+    """Under torch.compile the Triton path stays (the operator is in the graph, no break) and gives eager's
+    output and KL for the same seed."""
+    monkeypatch.setenv("ATTN_TRITON", "1")
+    attend = attention.Attend(H, D, {"normalizer": "bam-wc"}).train()
+    q, k, v, mask = _inputs()
+
+    def step(q, k, v):
+        with attention.aux_losses() as aux:
+            out, _ = attend(q, k, v, mask=mask)
+        return out, aux.total()
+    torch.manual_seed(3)
+    eager = step(q, k, v)
+    torch._dynamo.reset()
+    explanation = torch._dynamo.explain(step)(q, k, v)
+    assert explanation.graph_break_count == 0
+    assert any("attention_suite.dense_bam" in str(node.target) for graph in explanation.graphs
+               for node in graph.graph.nodes)
+    torch.manual_seed(3)
+    compiled = torch.compile(step, fullgraph=True, backend="aot_eager")(q, k, v)
+    for a, b in zip(compiled, eager):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    torch.autograd.grad(compiled[0].sum() + compiled[1], (q, k, v))

@@ -54,11 +54,13 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
-def use_triton(x: Tensor, family: str = "") -> bool:
+def use_triton(x: Tensor, family: str = "", behind_op: bool = False) -> bool:
     """Whether the fused kernels (of ``family``, unless it failed here) should handle ``x`` (see the
-    module docstring for ``ATTN_TRITON``)."""
+    module docstring for ``ATTN_TRITON``); while ``torch.compile`` traces, only kernels ``behind_op``
+    (a custom operator) do."""
     mode = os.environ.get("ATTN_TRITON", "auto")
-    if mode == "0" or family in FAILED or torch.compiler.is_compiling() or not triton_available():
+    if mode == "0" or family in FAILED or (torch.compiler.is_compiling() and not behind_op) \
+            or not triton_available():
         return False
     return x.is_cuda or (mode == "1" and x.device.type == "cpu" and interpreting())
 

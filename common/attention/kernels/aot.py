@@ -101,7 +101,7 @@ class _NotLoaded:
 def _dense_bam_cases() -> Iterator[tuple[str, Callable[[], None]]]:
     import torch
 
-    from .dense_bam import NOISE_LOGNORMAL, NOISE_NONE, NOISE_WEIBULL, TritonNoisyAttention, tiles
+    from .dense_bam import NOISE_LOGNORMAL, NOISE_NONE, NOISE_WEIBULL, backward, forward, tiles
 
     flag_sets = {  # (mask, causal, noise, dropout, want_lse, want_sq)
         "weibull+mask+dropout+lse+sq": (True, False, NOISE_WEIBULL, 0.1, True, True),
@@ -123,16 +123,13 @@ def _dense_bam_cases() -> Iterator[tuple[str, Callable[[], None]]]:
                         try:
                             if tiles(dtype, d, d, interpret=False) is None:
                                 return  # no tiling: the chunked PyTorch path takes these
-                            q, k, v = (torch.empty(bh, length, d, device="meta", dtype=dtype, requires_grad=True)
-                                       for _ in range(3))
+                            q, k, v = (torch.empty(bh, length, d, device="meta", dtype=dtype) for _ in range(3))
                             km = torch.empty(bh, length, device="meta", dtype=torch.int8) if mask else None
                             seed = torch.empty(1, device="meta", dtype=torch.long)
-                            outs = TritonNoisyAttention.apply(q, k, v, km, causal, d ** -0.5, noise, 0.1, dropout,
-                                                              seed, lse, sq, False)
-                            grads = [torch.empty_like(outs[0]), torch.empty_like(outs[1]) if lse else None,
-                                     torch.empty_like(outs[2]) if sq else None]
-                            used = [(o, g) for o, g in zip(outs, grads) if g is not None]
-                            torch.autograd.grad([o for o, _ in used], (q, k, v), [g for _, g in used])
+                            options = (causal, d ** -0.5, noise, 0.1, dropout, lse, sq, False)
+                            out, norm, row_lse, row_sq = forward(q, k, v, km, seed, *options)
+                            backward(q, k, v, km, seed, out, norm, row_lse, torch.empty_like(out),
+                                     torch.empty_like(row_lse), torch.empty_like(row_sq), *options)
                         finally:
                             torch.backends.cuda.matmul.allow_tf32 = saved
                     yield name, run

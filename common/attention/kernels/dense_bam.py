@@ -328,57 +328,59 @@ def precision(dtype: torch.dtype, interpret: bool) -> str:
     return "tf32" if torch.backends.cuda.matmul.allow_tf32 else "tf32x3"
 
 
-class TritonNoisyAttention(torch.autograd.Function):
-    """The Triton counterpart of ``_ChunkedNoisyAttention``: ``(out, LSE, S2)`` of ``q [BH, Q, d]``,
-    ``k [BH, K, d]``, ``v [BH, K, dv]`` (contiguous) with a key mask ``[BH, K]`` (int8, or None); ``seed``
-    is a one-element int64 tensor on the device (read by the kernels: no host synchronisation, and
-    CUDA graphs replay fresh draws)."""
+def _flags(q: Tensor, key_mask: Optional[Tensor], causal: bool, noise_kind: int, dropout: float, want_lse: bool,
+           want_sq: bool, interpret: bool) -> dict:
+    return dict(HAS_MASK=key_mask is not None, CAUSAL=causal, NOISE=noise_kind, DROPOUT=dropout > 0,
+                WANT_LSE=want_lse, WANT_SQ=want_sq, PRECISION=_dot_precision(q.dtype, interpret))
 
-    @staticmethod
-    def forward(ctx, q, k, v, key_mask, causal, scale, noise_kind, noise_scale, dropout, seed,
-                want_lse, want_sq, interpret):
-        BH, n_q, d = q.shape
-        n_k, dv = k.shape[1], v.shape[2]
-        out = q.new_empty(BH, n_q, dv)
-        stats = torch.zeros(3, BH, n_q, device=q.device, dtype=torch.float32)
-        norm, lse, sq = stats[0], stats[1], stats[2]
-        km = key_mask if key_mask is not None else q.new_zeros(1, dtype=torch.int8)
-        tile = tiles(q.dtype, d, dv, interpret)
-        flags = dict(HAS_MASK=key_mask is not None, CAUSAL=causal, NOISE=noise_kind, DROPOUT=dropout > 0,
-                     WANT_LSE=want_lse, WANT_SQ=want_sq, PRECISION=_dot_precision(q.dtype, interpret))
-        grid = (triton.cdiv(n_q, tile.forward["BLOCK_M"]), BH)
-        launch("dense_bam", _forward, grid, q, k, v, km, out, norm, lse, sq, seed, n_q, n_k, d, dv, scale, noise_scale,
-               dropout, **flags, **tile.forward)
-        if any(ctx.needs_input_grad[:3]):  # the backward kernels, with stand-ins of the gradients' dtypes
-            key = (q.dtype, tuple(flags.items()), tuple(tuple(t.items()) for t in tile), int_key(n_q, n_k, d, dv))
-            common = (seed, n_q, n_k, d, dv, scale, noise_scale, dropout)
-            precompile("dense_bam", key, _backward_kv, (1, 1), q, k, v, km, out, norm, norm, lse, lse, sq, k, v,
-                       *common, **flags, **tile.backward_kv)
-            precompile("dense_bam", key, _backward_q, (1, 1), q, k, v, km, out, norm, norm, lse, lse, sq, q,
-                       *common, **flags, **tile.backward_q)
-        ctx.save_for_backward(q, k, v, km, out, norm, lse, seed)
-        ctx.args = (scale, noise_scale, dropout, flags, tile)
-        return out, lse, sq
 
-    @staticmethod
-    def backward(ctx, d_out, d_lse, d_sq):
-        q, k, v, km, out, norm, lse, seed = ctx.saved_tensors
-        scale, noise_scale, dropout, flags, tile = ctx.args
-        BH, n_q, d = q.shape
-        n_k, dv = k.shape[1], v.shape[2]
-        d_out = d_out.contiguous()
-        delta = (d_out.float() * out.float()).sum(-1)  # D_i = dO_i . O_i
-        zeros = torch.zeros_like(lse)
-        d_lse = zeros if d_lse is None else d_lse.float().contiguous()
-        d_sq = zeros if d_sq is None else d_sq.float().contiguous()
-        lse_safe = torch.where(torch.isfinite(lse), lse, 0.0)
-        dq, dk, dvv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-        common = (seed, n_q, n_k, d, dv, scale, noise_scale, dropout)
-        launch("dense_bam", _backward_kv, (triton.cdiv(n_k, tile.backward_kv["BLOCK_N"]), BH),
-               q, k, v, km, d_out, norm, delta, d_lse, lse_safe, d_sq, dk, dvv, *common, **flags, **tile.backward_kv)
-        launch("dense_bam", _backward_q, (triton.cdiv(n_q, tile.backward_q["BLOCK_M"]), BH),
-               q, k, v, km, d_out, norm, delta, d_lse, lse_safe, d_sq, dq, *common, **flags, **tile.backward_q)
-        return dq, dk, dvv, *([None] * 10)
+def forward(q: Tensor, k: Tensor, v: Tensor, key_mask: Optional[Tensor], seed: Tensor, causal: bool, scale: float,
+            noise_kind: int, noise_scale: float, dropout: float, want_lse: bool, want_sq: bool, interpret: bool):
+    """``(out, norm, LSE, S2)`` of ``q [BH, Q, d]``, ``k [BH, K, d]``, ``v [BH, K, dv]`` (contiguous) with a key
+    mask ``[BH, K]`` (int8, or None): the output, each query's log-normaliser of the noisy scores, and the KL's
+    row statistics (zeros where not wanted). ``seed`` is a one-element int64 tensor on the device, read by the
+    kernels (no host synchronisation; CUDA graphs replay fresh draws). No autograd: the custom operator
+    ``attention_suite::dense_bam`` (:mod:`common.attention.dense_bam`) wraps this and :func:`backward`. The
+    backward kernels are compiled and loaded here too, so that one that cannot run fails in the forward."""
+    BH, n_q, d = q.shape
+    n_k, dv = k.shape[1], v.shape[2]
+    out = q.new_empty(BH, n_q, dv)
+    norm, lse, sq = (torch.zeros(BH, n_q, device=q.device, dtype=torch.float32) for _ in range(3))
+    km = key_mask if key_mask is not None else q.new_zeros(1, dtype=torch.int8)
+    tile = tiles(q.dtype, d, dv, interpret)
+    flags = _flags(q, key_mask, causal, noise_kind, dropout, want_lse, want_sq, interpret)
+    grid = (triton.cdiv(n_q, tile.forward["BLOCK_M"]), BH)
+    launch("dense_bam", _forward, grid, q, k, v, km, out, norm, lse, sq, seed, n_q, n_k, d, dv, scale, noise_scale,
+           dropout, **flags, **tile.forward)
+    key = (q.dtype, tuple(flags.items()), tuple(tuple(t.items()) for t in tile), int_key(n_q, n_k, d, dv))
+    common = (seed, n_q, n_k, d, dv, scale, noise_scale, dropout)  # the backward kernels, with stand-ins
+    precompile("dense_bam", key, _backward_kv, (1, 1), q, k, v, km, out, norm, norm, lse, lse, sq, k, v,
+               *common, **flags, **tile.backward_kv)
+    precompile("dense_bam", key, _backward_q, (1, 1), q, k, v, km, out, norm, norm, lse, lse, sq, q,
+               *common, **flags, **tile.backward_q)
+    return out, norm, lse, sq
+
+
+def backward(q: Tensor, k: Tensor, v: Tensor, key_mask: Optional[Tensor], seed: Tensor, out: Tensor, norm: Tensor,
+             lse: Tensor, d_out: Tensor, d_lse: Tensor, d_sq: Tensor, causal: bool, scale: float, noise_kind: int,
+             noise_scale: float, dropout: float, want_lse: bool, want_sq: bool, interpret: bool):
+    """``(dq, dk, dv)`` of :func:`forward` for the gradients of its output, LSE and S2 (zeros where unused)."""
+    BH, n_q, d = q.shape
+    n_k, dv = k.shape[1], v.shape[2]
+    km = key_mask if key_mask is not None else q.new_zeros(1, dtype=torch.int8)
+    tile = tiles(q.dtype, d, dv, interpret)
+    flags = _flags(q, key_mask, causal, noise_kind, dropout, want_lse, want_sq, interpret)
+    d_out = d_out.contiguous()
+    delta = (d_out.float() * out.float()).sum(-1)  # D_i = dO_i . O_i
+    d_lse, d_sq = d_lse.float().contiguous(), d_sq.float().contiguous()
+    lse_safe = torch.where(torch.isfinite(lse), lse, 0.0)
+    dq, dk, dvv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    common = (seed, n_q, n_k, d, dv, scale, noise_scale, dropout)
+    launch("dense_bam", _backward_kv, (triton.cdiv(n_k, tile.backward_kv["BLOCK_N"]), BH),
+           q, k, v, km, d_out, norm, delta, d_lse, lse_safe, d_sq, dk, dvv, *common, **flags, **tile.backward_kv)
+    launch("dense_bam", _backward_q, (triton.cdiv(n_q, tile.backward_q["BLOCK_M"]), BH),
+           q, k, v, km, d_out, norm, delta, d_lse, lse_safe, d_sq, dq, *common, **flags, **tile.backward_q)
+    return dq, dk, dvv
 
 
 def _dot_precision(dtype: torch.dtype, interpret: bool) -> str:
