@@ -12,6 +12,8 @@ program per row or per (node, head) segment, analytic gradients for the scores a
 Otherwise the dense layout uses the ``entmax`` package (exact sort-based 1.5-entmax and
 sparsemax, bisection with an analytic alpha gradient) and the edge-wise layout bisects per
 target node with scatter operations (:func:`~common.attention.functional.entmax_bisect_groups`).
+The dense layout is one custom operator, :func:`dense_entmax` (``torch.ops.attention_suite.entmax``),
+whatever runs inside it, so ``torch.compile`` keeps it in one graph.
 """
 from __future__ import annotations
 

@@ -26,7 +26,7 @@ for the rest of the process: :func:`use_triton` says no and the PyTorch path run
 """
 from __future__ import annotations
 
-import functools
+import importlib.util
 import os
 import warnings
 from typing import Hashable
@@ -39,14 +39,14 @@ FAILED: dict = {}
 _PRECOMPILED: set = set()
 
 
-@functools.lru_cache(maxsize=None)
+#: Whether ``triton`` is installed here: found without importing it (an import costs a second at start-up),
+#: and kept in a plain value, which torch.compile reads without tracing anything.
+TRITON = importlib.util.find_spec("triton") is not None
+
+
 def triton_available() -> bool:
-    """Whether ``triton`` imports here."""
-    try:
-        import triton  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    """Whether ``triton`` is installed here."""
+    return TRITON
 
 
 def interpreting() -> bool:
