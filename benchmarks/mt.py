@@ -39,7 +39,7 @@ from _measure import environment, write_json  # noqa: E402
 from common.utils import default_data_root  # noqa: E402
 from mt.batching import iterate_batches, token_batches  # noqa: E402
 from mt.config import load_config, to_dict  # noqa: E402
-from common.utils.runtime import Runtime  # noqa: E402
+from common.utils.runtime import COMPILE_MODES, Runtime  # noqa: E402
 from mt.data import ensure_prepared, load_split  # noqa: E402
 from mt.models.transformer import sinusoidal_positions  # noqa: E402
 from mt.run import RunFiles, load_model, new_model  # noqa: E402

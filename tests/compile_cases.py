@@ -24,6 +24,17 @@ MAP_OPERATORS = {
 }
 
 
+def training_step(model, loss: Callable) -> Callable:
+    """``step(*inputs)``: the model's forward inside an auxiliary-loss collector, then its loss."""
+    from common import attention
+
+    def step(*inputs):
+        with attention.aux_losses() as aux:
+            out = model(*inputs)
+        return loss(out, aux)
+    return step
+
+
 def _generator(seed: int = 0) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 

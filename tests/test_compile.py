@@ -4,10 +4,9 @@ one tiny step per domain (VQA, captioning, translation) with the inductor backen
 import pytest
 import torch
 
-from common import attention
 from common.utils.runtime import compile_model
 
-from .compile_cases import MAP_OPERATORS, NORMALIZERS, build
+from .compile_cases import MAP_OPERATORS, NORMALIZERS, build, training_step
 
 #: Breaks that cannot be avoided, each with its reason in docs/performance.md; the test pins their number.
 EXPECTED_BREAKS = {"mt-lstm": 4}  # pack_padded_sequence needs the source lengths on the host
@@ -15,19 +14,11 @@ EXPECTED_BREAKS = {"mt-lstm": 4}  # pack_padded_sequence needs the source length
 COMPILED_MODELS = ("mcan", "lxmert", "att2in", "mt-lstm", "mt-transformer")
 
 
-def _step(model, loss):
-    def step(*inputs):
-        with attention.aux_losses() as aux:
-            out = model(*inputs)
-        return loss(out, aux)
-    return step
-
-
 def _explain(model_name, normalizer, operator=None):
     model, inputs, loss = build(model_name, normalizer, operator)
     torch._dynamo.reset()
     with torch._dynamo.config.patch(allow_rnn=True):  # as common.utils.runtime.compile_model sets it
-        return torch._dynamo.explain(_step(model, loss))(*inputs)
+        return torch._dynamo.explain(training_step(model, loss))(*inputs)
 
 
 @pytest.mark.parametrize("normalizer", NORMALIZERS)
@@ -53,7 +44,7 @@ def test_inductor_step_matches_eager(model_name, normalizer, monkeypatch):
     path (the materialised BAM, which is what torch.compile traces) and the same random numbers."""
     monkeypatch.setenv("ATTN_FUSED_BAM", "0")
     model, inputs, loss = build(model_name, normalizer)
-    step = _step(model, loss)
+    step = training_step(model, loss)
     torch.manual_seed(1)  # the same BAM noise in both runs
     eager = step(*inputs)
     eager.backward()

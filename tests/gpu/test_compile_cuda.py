@@ -4,29 +4,20 @@
 import pytest
 import torch
 
-from common import attention
 from common.utils.runtime import compile_model
 
-from ..compile_cases import NORMALIZERS, build
+from ..compile_cases import NORMALIZERS, build, training_step
 
 pytestmark = pytest.mark.cuda
 #: The MT LSTM is left out: its encoder packs the sequences, which needs the lengths on the host.
 MODELS = ("mcan", "lxmert", "att2in", "mt-transformer")
 
 
-def _step(model, loss):
-    def step(*inputs):
-        with attention.aux_losses() as aux:
-            out = model(*inputs)
-        return loss(out, aux)
-    return step
-
-
 @pytest.mark.parametrize("normalizer", NORMALIZERS)
 @pytest.mark.parametrize("model_name", MODELS)
 def test_a_training_step_never_synchronises_the_host(model_name, normalizer):
     model, inputs, loss = build(model_name, normalizer, device="cuda")
-    step = _step(model, loss)
+    step = training_step(model, loss)
     step(*inputs).backward()  # warm-up: Triton compiles, cuBLAS initialises
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
@@ -42,13 +33,13 @@ def test_the_step_compiles_in_one_graph_on_cuda(model_name, normalizer):
     model, inputs, loss = build(model_name, normalizer, device="cuda")
     torch._dynamo.reset()
     with torch._dynamo.config.patch(allow_rnn=True):
-        explanation = torch._dynamo.explain(_step(model, loss))(*inputs)
+        explanation = torch._dynamo.explain(training_step(model, loss))(*inputs)
     assert explanation.graph_break_count == 0
 
 
 def test_reduce_overhead_trains_mcan_as_eager_does():
     model, inputs, loss = build("mcan", "softmax", device="cuda")
-    step = _step(model, loss)
+    step = training_step(model, loss)
     eager = [float(step(*inputs))]
     compiled = compile_model(step, mode="reduce-overhead")
     losses = []

@@ -32,21 +32,13 @@ import triton.language as tl
 from torch import Tensor
 
 from ..functional import EULER_GAMMA
+from .jit_utils import upcast
 from . import int_key, launch, precompile
 
 #: Noise sources of the kernels.
 NOISE_NONE, NOISE_WEIBULL, NOISE_NORMAL, NOISE_GIVEN = 0, 1, 2, 3
 #: KL closed forms: none, Weibull-Gamma (fixed / contextual), Lognormal (fixed / contextual).
 KL_NONE, KL_WEIBULL, KL_LOGNORMAL = 0, 1, 2
-
-
-@triton.jit
-def _upcast(x):
-    """Half-precision values as float32 (Triton's log and exp take float32 or float64); others as they are."""
-    if x.dtype.primitive_bitwidth < 32:
-        return x.to(tl.float32)
-    else:
-        return x
 
 
 @triton.jit
@@ -82,18 +74,18 @@ def _tile(scores_ptr, prior_ptr, noise_ptr, e, h, mask, H: tl.constexpr, seed, o
           NOISE: tl.constexpr, PRIOR: tl.constexpr, TINY: tl.constexpr, ONE_MINUS_EPS: tl.constexpr):
     """Scores, noisy scores and prior logits of one ``[BLOCK_E, BLOCK_H]`` tile."""
     idx = e[:, None] * H + h[None, :]
-    s = _upcast(tl.load(scores_ptr + idx, mask=mask, other=float("-inf")))
+    s = upcast(tl.load(scores_ptr + idx, mask=mask, other=float("-inf")))
     if NOISE == 1:  # Weibull: log(-log u), u clamped to [tiny, 1 - eps]
         u = tl.minimum(tl.maximum(tl.rand(seed, idx + offset), TINY), ONE_MINUS_EPS)  # float32
         z = s + scale * tl.log(-tl.log(u))
     elif NOISE == 2:
         z = s + scale * tl.randn(seed, idx + offset)
     elif NOISE == 3:
-        z = s + scale * _upcast(tl.load(noise_ptr + idx, mask=mask, other=0.0))
+        z = s + scale * upcast(tl.load(noise_ptr + idx, mask=mask, other=0.0))
     else:
         z = s
     if PRIOR:
-        r = _upcast(tl.load(prior_ptr + idx, mask=mask, other=float("-inf")))
+        r = upcast(tl.load(prior_ptr + idx, mask=mask, other=float("-inf")))
     else:
         r = s
     return idx, s, z, r
@@ -165,8 +157,8 @@ def _edge_bam_fwd(scores_ptr, prior_ptr, noise_ptr, ptr_ptr, weights_ptr, lse_pt
                   TINY: tl.constexpr, ONE_MINUS_EPS: tl.constexpr, LOG_TINY: tl.constexpr):
     node, start, end, h, h_ok, rows = _segment(ptr_ptr, H, BLOCK_E, BLOCK_H)
     seed = tl.load(seed_ptr)
-    neg_inf = _upcast(tl.full([BLOCK_H], float("-inf"), scores_ptr.dtype.element_ty))
-    zero = _upcast(tl.zeros([BLOCK_H], scores_ptr.dtype.element_ty))
+    neg_inf = upcast(tl.full([BLOCK_H], float("-inf"), scores_ptr.dtype.element_ty))
+    zero = upcast(tl.zeros([BLOCK_H], scores_ptr.dtype.element_ty))
     m_s, l_s, m_z, l_z, m_r, l_r = neg_inf, zero, neg_inf, zero, neg_inf, zero
     for first in range(start, end, BLOCK_E):
         e = first + rows
@@ -217,7 +209,7 @@ def _edge_bam_bwd(scores_ptr, prior_ptr, noise_ptr, ptr_ptr, lse_ptr, grad_w_ptr
     g_kl = 0.0
     if KL != 0:
         g_kl = tl.load(grad_kl_ptr + node)
-    zero = _upcast(tl.zeros([BLOCK_H], scores_ptr.dtype.element_ty))
+    zero = upcast(tl.zeros([BLOCK_H], scores_ptr.dtype.element_ty))
     sum_gw, sum_d, sum_dpi = zero, zero, zero
     for first in range(start, end, BLOCK_E):  # the segment sums of the three chain rules
         e = first + rows
@@ -225,7 +217,7 @@ def _edge_bam_bwd(scores_ptr, prior_ptr, noise_ptr, ptr_ptr, lse_ptr, grad_w_ptr
         idx, s, z, r = _tile(scores_ptr, prior_ptr, noise_ptr, e, h, mask, H, seed, offset, scale,
                              NOISE, PRIOR, TINY, ONE_MINUS_EPS)
         if GRAD_W:
-            g = _upcast(tl.load(grad_w_ptr + idx, mask=mask, other=0.0))
+            g = upcast(tl.load(grad_w_ptr + idx, mask=mask, other=0.0))
             sum_gw += tl.sum(g * tl.where(mask, tl.exp(z - lse_z[None, :]), 0.0), axis=0)
         if KL != 0:
             logp, log_pi = _log_probs(s, r, mask, lse_s, lse_r)
@@ -240,7 +232,7 @@ def _edge_bam_bwd(scores_ptr, prior_ptr, noise_ptr, ptr_ptr, lse_ptr, grad_w_ptr
                              NOISE, PRIOR, TINY, ONE_MINUS_EPS)
         d_s = tl.zeros_like(s)
         if GRAD_W:
-            g = _upcast(tl.load(grad_w_ptr + idx, mask=mask, other=0.0))
+            g = upcast(tl.load(grad_w_ptr + idx, mask=mask, other=0.0))
             d_s += tl.exp(z - lse_z[None, :]) * (g - sum_gw[None, :])
         if KL != 0:
             logp, log_pi = _log_probs(s, r, mask, lse_s, lse_r)

@@ -29,21 +29,13 @@ import triton.language as tl
 from torch import Tensor
 
 from ..groups import DenseGroups
+from .jit_utils import upcast
 from . import int_key, launch, precompile
 
 #: Most entries of a dense row held in registers (with 8 warps: 16 per thread, no spills).
 DENSE_BLOCK = 4096
 #: Most entries of a CSR segment held in registers; the block follows the mean degree up to this.
 CSR_BLOCK = 1024
-
-
-@triton.jit
-def _upcast(x):
-    """Half-precision values as float32 (Triton's log, exp2 and sqrt take float32 or float64); others as they are."""
-    if x.dtype.primitive_bitwidth < 32:
-        return x.to(tl.float32)
-    else:
-        return x
 
 
 @triton.jit
@@ -69,14 +61,14 @@ def _row(row, ptr_ptr, alpha_ptr, n_cols, step, alpha_div, alpha_mod, alpha_stri
     else:
         length = n_cols
         base = row * n_cols
-    alpha = _upcast(tl.load(alpha_ptr + ((row // alpha_div) % alpha_mod) * alpha_stride))
+    alpha = upcast(tl.load(alpha_ptr + ((row // alpha_div) % alpha_mod) * alpha_stride))
     return base, length, alpha
 
 
 @triton.jit
 def _scaled(x_ptr, base, lanes, length, step, am1):
     """``(alpha - 1) x`` of the group's entries ``lanes`` (``-inf`` past its end), in float32 at least."""
-    return _upcast(tl.load(x_ptr + base + lanes * step, mask=lanes < length, other=float("-inf"))) * am1
+    return upcast(tl.load(x_ptr + base + lanes * step, mask=lanes < length, other=float("-inf"))) * am1
 
 
 @triton.jit
@@ -155,8 +147,8 @@ def _jacobian_terms(p_ptr, g_ptr, base, lanes, length, step, alpha, POWER: tl.co
     """Weights ``p``, upstream gradient ``g`` and ``gppr = p^(2 - alpha)`` on the support (the diagonal
     of the entmax Jacobian, up to rank one) of the group's entries ``lanes``."""
     ok = lanes < length
-    p = _upcast(tl.load(p_ptr + base + lanes * step, mask=ok, other=0.0))
-    g = _upcast(tl.load(g_ptr + base + lanes * step, mask=ok, other=0.0))
+    p = upcast(tl.load(p_ptr + base + lanes * step, mask=ok, other=0.0))
+    g = upcast(tl.load(g_ptr + base + lanes * step, mask=ok, other=0.0))
     positive = p > 0
     if POWER == 1:
         gppr = positive.to(p.dtype)
