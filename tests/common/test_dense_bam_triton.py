@@ -119,3 +119,16 @@ def test_torch_compile_keeps_the_kernels_in_one_graph(monkeypatch):
     for a, b in zip(compiled, eager):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
     torch.autograd.grad(compiled[0].sum() + compiled[1], (q, k, v))
+
+
+def test_kernel_draws_are_keyed_by_key_query_and_head_not_by_a_flat_offset():
+    """The noise and dropout of an entry depend on (key, query, batch*head) and the seed only, never on a
+    product of indices (``query * K + key`` wrapped past 2^31 at L = 46k): the same entries of a narrower
+    and a wider call agree."""
+    from common.attention.kernels.dense_bam import NOISE_LOGNORMAL, NOISE_WEIBULL, standard_noise
+    seed = torch.tensor([5])
+    for kind in (NOISE_WEIBULL, NOISE_LOGNORMAL):
+        narrow, keep_narrow = standard_noise(2, 3, 8, kind, seed, 0.3, "cpu")
+        wide, keep_wide = standard_noise(2, 5, 40, kind, seed, 0.3, "cpu")
+        assert torch.equal(wide[:, :3, :8], narrow) and torch.equal(keep_wide[:, :3, :8], keep_narrow)
+        assert not torch.equal(wide[0], wide[1])  # heads draw differently
