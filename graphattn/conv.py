@@ -40,6 +40,7 @@ Attention weights are returned in the order of PyG's layer.
 """
 from __future__ import annotations
 
+import dataclasses
 import weakref
 from dataclasses import dataclass
 from typing import Optional, Tuple, Union
@@ -93,15 +94,16 @@ class PreparedGraph:
     to_sorted: Optional[Tensor]
     edge_attr: OptTensor
     csr: Optional[TargetCSR]  # None in explain mode, where PyG does not fuse
+    #: ``sorted`` as PyG's edge updater takes it fastest, and as torch.compile traces it: a plain tensor,
+    #: not an ``EdgeIndex``
+    edges: Adj = dataclasses.field(init=False)
+
+    def __post_init__(self):
+        self.edges = self.sorted.as_tensor() if isinstance(self.sorted, EdgeIndex) else self.sorted
 
     @property
     def ptr(self) -> Optional[Tensor]:
         return None if self.csr is None else self.csr.ptr
-
-    @property
-    def edges(self) -> Adj:
-        """``sorted`` as PyG's edge updater takes it fastest (a plain tensor, not an ``EdgeIndex``)."""
-        return self.sorted.as_tensor() if isinstance(self.sorted, EdgeIndex) else self.sorted
 
 
 def sort_by_target(edge_index: Tensor, num_src: int, num_dst: int, num_loops: int = 0,
@@ -303,17 +305,16 @@ class GATConv(MessagePassing):
 
         num_src = x_src.size(0)
         num_dst = size[1] if size is not None else (x_dst if x_dst is not None else x_src).size(0)
+        if torch.compiler.is_compiling() and not return_attention_weights and not self.explain:
+            return self._traced_forward(x_src, x_dst, alpha_src, alpha_dst, res, edge_index, edge_attr, num_src,
+                                        num_dst, size)
         graph = self._prepare_graph(edge_index, edge_attr, num_src, num_dst, size)
         alpha = self.edge_updater(graph.edges, alpha=(alpha_src, alpha_dst), edge_attr=graph.edge_attr,
                                   keys=x_src, target_ptr=graph.ptr, size=size)
         # Per node and head (not per edge), after the scores and keys used the undropped x_src.
         values = self.value_dropout_layer(x_src)
         out = self.propagate(graph.sorted, x=(values, x_dst), alpha=alpha, csr=graph.csr, size=size)
-        out = out.reshape(-1, self.heads * self.out_channels) if self.concat else out.mean(dim=1)
-        if res is not None:
-            out = out + res
-        if self.bias is not None:
-            out = out + self.bias
+        out = self._finish(out, res)
 
         if return_attention_weights:
             edge_index = graph.edge_index
@@ -325,6 +326,38 @@ class GATConv(MessagePassing):
                 return out, (edge_index, alpha)
             return out, edge_index.set_value(alpha, layout="coo")
         return out
+
+    def _finish(self, out: Tensor, res: OptTensor) -> Tensor:
+        """Heads concatenated (or averaged), the residual and the bias added."""
+        out = out.reshape(-1, self.heads * self.out_channels) if self.concat else out.mean(dim=1)
+        if res is not None:
+            out = out + res
+        return out if self.bias is None else out + self.bias
+
+    def _traced_forward(self, x_src, x_dst, alpha_src, alpha_dst, res, edge_index, edge_attr, num_src, num_dst,
+                        size) -> Tensor:
+        """The forward pass as ``torch.compile`` traces it: plain tensors only (no ``EdgeIndex``), the
+        prepared graph taken from the cache without reading ``edge_index``'s version (an in-place change of
+        ``edge_index`` between compiled calls goes unseen), and the aggregation edge by edge (gather,
+        weight, ``index_add``), which inductor fuses; a graph not prepared yet is prepared outside the
+        compiled graph (one break)."""
+        cache = self._graph_cache
+        key = (num_src, num_dst, None if size is None else tuple(size))
+        if edge_attr is None and cache is not None and cache[0]() is edge_index and cache[1][1:] == key:
+            graph = cache[2]
+        else:
+            graph = self._prepare_untraced(edge_index, edge_attr, num_src, num_dst, size)
+        edges, ptr, edge_attr = graph.edges, graph.ptr, graph.edge_attr
+        alpha = self.edge_updater(edges, alpha=(alpha_src, alpha_dst), edge_attr=edge_attr, keys=x_src,
+                                  target_ptr=ptr, size=size)
+        values = self.value_dropout_layer(x_src)
+        messages = alpha.unsqueeze(-1) * values.index_select(0, edges[0])
+        out = values.new_zeros(num_dst, self.heads, self.out_channels).index_add_(0, edges[1], messages)
+        return self._finish(out, res)
+
+    @torch.compiler.disable
+    def _prepare_untraced(self, edge_index, edge_attr, num_src, num_dst, size) -> "PreparedGraph":
+        return self._prepare_graph(edge_index, edge_attr, num_src, num_dst, size)
 
     def _prepare_graph(self, edge_index: Adj, edge_attr: OptTensor, num_src: int, num_dst: int,
                        size: Size) -> "PreparedGraph":

@@ -1,6 +1,6 @@
 """``torch.compile`` of every domain's training step: no graph break (``torch._dynamo.explain``) for each
 model x normalizer and map operator, except the documented ones (docs/performance.md, "torch.compile");
-one tiny step per domain (VQA, captioning, translation) with the inductor backend matches eager mode."""
+one tiny step per domain (graphs, VQA, captioning, translation) with the inductor backend matches eager mode."""
 import pytest
 import torch
 
@@ -8,26 +8,37 @@ from common.utils.runtime import compile_model
 
 from .compile_cases import MAP_OPERATORS, NORMALIZERS, build, training_step
 
-#: Breaks that cannot be avoided, each with its reason in docs/performance.md; the test pins their number.
+#: Breaks that cannot be avoided, each with its reason in docs/gpu.md; the test pins their number.
 EXPECTED_BREAKS = {"mt-lstm": 4}  # pack_padded_sequence needs the source lengths on the host
-#: graphattn models are compiled in issue 32 (dynamo cannot yet trace PyG's EdgeIndex in our layer).
-COMPILED_MODELS = ("mcan", "lxmert", "att2in", "mt-lstm", "mt-transformer")
+MODELS = ("gat", "mcan", "lxmert", "att2in", "mt-lstm", "mt-transformer")
 
 
-def _explain(model_name, normalizer, operator=None):
+def _explain(model_name, normalizer, operator=None, prepared_graph=True):
+    """``torch._dynamo.explain`` of a training forward; a GAT's graph is prepared by an eager call first
+    (``prepared_graph``), as the full-batch trainer's later epochs find it."""
     model, inputs, loss = build(model_name, normalizer, operator)
+    if model_name == "gat" and prepared_graph:
+        training_step(model, loss)(*inputs)
     torch._dynamo.reset()
     with torch._dynamo.config.patch(allow_rnn=True):  # as common.utils.runtime.compile_model sets it
         return torch._dynamo.explain(training_step(model, loss))(*inputs)
 
 
 @pytest.mark.parametrize("normalizer", NORMALIZERS)
-@pytest.mark.parametrize("model_name", COMPILED_MODELS)
+@pytest.mark.parametrize("model_name", MODELS)
 def test_training_forward_has_no_graph_break(model_name, normalizer):
     explanation = _explain(model_name, normalizer)
     reasons = [f"{r.reason.splitlines()[0]} at {r.user_stack[-1].filename}:{r.user_stack[-1].lineno}"
                for r in explanation.break_reasons if r.user_stack]
     assert explanation.graph_break_count == EXPECTED_BREAKS.get(model_name, 0), reasons
+
+
+def test_a_fresh_graph_is_prepared_outside_the_compiled_graph():
+    """A GAT called with a graph it has not prepared yet sorts it (data-dependent: self-loop removal, the
+    sort by target) outside the compiled graph, each layer once."""
+    explanation = _explain("gat", "bam-wc", prepared_graph=False)
+    assert explanation.graph_break_count == 5
+    assert all("torch.compiler.disable" in r.reason for r in explanation.break_reasons)
 
 
 @pytest.mark.parametrize("normalizer", ["softmax", "bam-wc"])
@@ -37,7 +48,7 @@ def test_map_operators_have_no_graph_break(operator, normalizer):
     assert explanation.graph_break_count == 0 and explanation.graph_count == 1
 
 
-@pytest.mark.parametrize("model_name,normalizer", [("mcan", "bam-wc"), ("att2in", "entmax"),
+@pytest.mark.parametrize("model_name,normalizer", [("gat", "bam-wc"), ("mcan", "bam-wc"), ("att2in", "entmax"),
                                                    ("mt-transformer", "bam-lc")])
 def test_inductor_step_matches_eager(model_name, normalizer, monkeypatch):
     """One training step compiled by inductor (fullgraph) gives eager mode's loss and gradients: the same
@@ -45,6 +56,8 @@ def test_inductor_step_matches_eager(model_name, normalizer, monkeypatch):
     monkeypatch.setenv("ATTN_FUSED_BAM", "0")
     model, inputs, loss = build(model_name, normalizer)
     step = training_step(model, loss)
+    step(*inputs)  # a GAT prepares its graph
+    model.zero_grad(set_to_none=True)
     torch.manual_seed(1)  # the same BAM noise in both runs
     eager = step(*inputs)
     eager.backward()
