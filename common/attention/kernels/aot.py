@@ -47,7 +47,7 @@ class Launch:
 
     def key(self) -> str:
         return repr((self.kernel, sorted(self.signature.items()), sorted(self.constexprs.items(), key=str),
-                     sorted(self.attrs.items(), key=str), self.options.get("num_warps"), self.options.get("num_stages")))
+                     sorted(self.attrs.items(), key=str), sorted(self.options.items(), key=str)))
 
     def describe(self) -> dict:
         types = sorted({t for t in self.signature.values() if t.startswith("*")})
