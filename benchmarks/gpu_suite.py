@@ -207,7 +207,8 @@ def summary_markdown(suite: dict) -> str:
              f"Triton {env.get('triton')}, Python {env.get('python')}.", "",
              "| part | status | seconds (time box) |", "|---|---|---|"]
     for name, record in suite["parts"].items():
-        lines.append(f"| {name} | {record['status']} | {record.get('seconds', '-')} ({record.get('time_box_s', '-')}) |")
+        box = record.get("time_box_s", "-")
+        lines.append(f"| {name} | {record['status']} | {record.get('seconds', '-')} ({box}) |")
     for name, record in suite["parts"].items():
         lines += ["", f"## {name}: {record.get('title', '')}", ""]
         if record["status"] not in ("ok", "skipped"):

@@ -660,7 +660,7 @@ def _triton_attention(q, k, v, key_mask, causal, scale, sampler, want_lse, want_
     its noise is keyed by (seed, batch*head, query, key) and does not depend on the tiling."""
     from .kernels.dense_bam import NOISE_LOGNORMAL, NOISE_NONE, NOISE_WEIBULL, seed_for_call
 
-    lead, (n_q, d), (n_k, dv) = q.shape[:-2], q.shape[-2:], v.shape[-2:]
+    lead, n_q, (n_k, dv) = q.shape[:-2], q.shape[-2], v.shape[-2:]
     q3, k3, v3 = (x.reshape(-1, *x.shape[-2:]).contiguous() for x in (q, k, v))
     km = None
     if key_mask is not None:

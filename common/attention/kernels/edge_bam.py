@@ -31,7 +31,6 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from ..functional import EULER_GAMMA
 from .jit_utils import upcast
 from . import int_key, launch, precompile
 
