@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from common import attention  # noqa: E402
 from common.utils import atomic_write_json, environment  # noqa: E402
-from common.utils.runtime import COMPILE_MODES, Runtime  # noqa: E402
+from common.utils.runtime import COMPILE_MODES, PRECISIONS, Runtime  # noqa: E402
 from vqa.mcan import MCAN, MCANConfig  # noqa: E402
 
 from _measure import interleaved_wall_cpu  # noqa: E402
@@ -87,7 +87,7 @@ def inference_step(model: MCAN, inputs, runtime: Runtime) -> Callable[[], None]:
 def _row(parser: argparse.ArgumentParser, row: str) -> str:
     """``NAME/PRECISION/MODE`` as a row key, or a parser error."""
     parts = row.split("/")
-    if len(parts) != 3 or parts[1] not in ("fp32", "bf16", "fp16") or parts[2] not in ("off", "on", *COMPILE_MODES[1:]):
+    if len(parts) != 3 or parts[1] not in PRECISIONS or parts[2] not in ("off", "on", *COMPILE_MODES[1:]):
         parser.error(f"--rows {row}: expected NAME/PRECISION/MODE, e.g. bam-wc/bf16/reduce-overhead")
     return f"{parts[0]}/{parts[1]}/compile-{parts[2]}"
 

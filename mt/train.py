@@ -302,6 +302,8 @@ class Trainer:
     def _out_of_time(self) -> bool:
         """Whether any process has trained for ``train.max_minutes`` (all of them stop together)."""
         over = self.progress["train_seconds"] >= 60 * self.cfg.train.max_minutes
+        if not self.env.distributed:
+            return over
         return bool(all_reduce_sum(torch.tensor([float(over)], device=self.runtime.device), self.env).item())
 
     def _log_window(self, logger: MetricsLogger, window: dict, lr: float, kl_weight: float, seconds: float) -> None:

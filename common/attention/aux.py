@@ -33,8 +33,7 @@ class AuxLosses:
         self.terms: list[tuple[str, Tensor]] = [] if terms is None else terms
 
     def add(self, name: str, value: Tensor) -> None:
-        if value.dim() != 0:
-            raise ValueError(f"auxiliary loss {name!r} must be a scalar, got shape {tuple(value.shape)}")
+        _check_scalar(name, value)
         self.terms.append((name, value))
 
     def by_name(self) -> Dict[str, Tensor]:
@@ -100,6 +99,10 @@ def collecting() -> bool:
 def add_aux_loss(name: str, value: Tensor) -> None:
     """Add ``value`` to the innermost active collector, if any."""
     if _OPEN.depth:
-        if value.dim() != 0:
-            raise ValueError(f"auxiliary loss {name!r} must be a scalar, got shape {tuple(value.shape)}")
+        _check_scalar(name, value)
         _OPEN.levels[_OPEN.depth - 1].append((name, value))
+
+
+def _check_scalar(name: str, value: Tensor) -> None:
+    if value.dim() != 0:
+        raise ValueError(f"auxiliary loss {name!r} must be a scalar, got shape {tuple(value.shape)}")

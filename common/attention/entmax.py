@@ -37,7 +37,7 @@ ANY_ALPHA, SPARSEMAX, ENTMAX15 = 0, 1, 2
 def _fused(scores: Tensor, alpha, groups, n_iter: Optional[int]) -> Optional[Tensor]:
     """The fused Triton bisection of edge-wise groups where it applies, else ``None`` (the PyTorch path).
     Under ``torch.compile`` the PyTorch path runs (inductor fuses it)."""
-    if torch.compiler.is_compiling() or not use_triton(scores, "entmax"):
+    if not use_triton(scores, "entmax"):  # (no while torch.compile traces)
         return None
     from .kernels.entmax_bisect import entmax_bisect_groups as fused_bisect
 
@@ -71,8 +71,8 @@ def dense_entmax(scores: Tensor, mask: Optional[Tensor], alpha: Tensor, n_iter: 
     elif power == ENTMAX15:
         weights = entmax_lib.entmax15(filled, dim=-1)
     else:
-        per_row = (alpha.view(-1, 1, 1) if alpha.numel() > 1 else alpha.view(())).to(scores.dtype)
-        weights = entmax_lib.entmax_bisect(filled, per_row.expand(scores.shape[:-1] + (1,)), dim=-1, n_iter=n_iter)
+        per_row = _per_row(alpha, scores.dtype).expand(scores.shape[:-1] + (1,))
+        weights = entmax_lib.entmax_bisect(filled, per_row, dim=-1, n_iter=n_iter)
     return weights if mask is None else weights.masked_fill(~mask, 0.0)
 
 
@@ -90,12 +90,11 @@ def dense_entmax_backward(weights: Tensor, grad: Tensor, alpha: Tensor, power: i
     if use_triton(weights, "entmax"):
         from .kernels.entmax_bisect import dense_backward
         try:
-            d_scores, d_alpha = dense_backward(weights, grad, alpha, power, alpha_grad=True)
-            return d_scores, d_alpha
+            return dense_backward(weights, grad, alpha, power, alpha_grad=True)
         except KernelFailure as failure:
             fall_back(failure)
     p, g = weights, grad.to(weights.dtype)
-    a = (alpha.view(-1, 1, 1) if alpha.numel() > 1 else alpha.view(())).to(p.dtype)
+    a = _per_row(alpha, p.dtype)
     positive = p > 0
     if power == SPARSEMAX:
         slope = positive.to(p.dtype)
@@ -132,6 +131,11 @@ def _entmax_gradient(ctx, grad):
 
 
 dense_entmax.register_autograd(_entmax_gradient, setup_context=_entmax_setup)
+
+
+def _per_row(alpha: Tensor, dtype: torch.dtype) -> Tensor:
+    """One alpha per head as ``[heads, 1, 1]`` (broadcasting over ``[..., heads, queries, 1]``), or one in all."""
+    return (alpha.view(-1, 1, 1) if alpha.numel() > 1 else alpha.view(())).to(dtype)
 
 
 def _dense_fill(scores: Tensor, mask: Optional[Tensor]) -> Tensor:

@@ -77,8 +77,7 @@ def resolve_device(spec: Optional[str] = "auto", local_rank: int = 0) -> torch.d
 
 def compile_mode(value: Any, device: torch.device) -> Optional[str]:
     """The ``torch.compile`` mode that ``train.compile`` names (None for off); CUDA graphs need CUDA."""
-    mode = {False: "off", None: "off", True: "default"}.get(value, value) if isinstance(value, (bool, type(None))) \
-        else str(value)
+    mode = "off" if value is None or value is False else "default" if value is True else str(value)
     if mode not in COMPILE_MODES:
         raise DeviceError(f"train.compile={value!r}: expected one of {', '.join(COMPILE_MODES)} (or true / false)")
     if mode == "reduce-overhead" and device.type != "cuda":
