@@ -162,6 +162,11 @@ def attention_aggregate(alpha: Tensor, x: Tensor, csr: TargetCSR) -> Tensor:
 
 def _edge_by_edge(alpha: Tensor, x: Tensor, csr: TargetCSR) -> Tensor:
     """PyG's way (gather, weight, scatter-add), for dtypes the sparse kernels lack."""
-    messages = alpha.unsqueeze(-1) * x.index_select(0, csr.src)
-    dst = ptr2index(csr.ptr, csr.src.numel())
-    return x.new_zeros(csr.num_dst, x.shape[1], x.shape[2]).index_add_(0, dst, messages.to(x.dtype))
+    return edge_by_edge(alpha, x, csr.src, ptr2index(csr.ptr, csr.src.numel()), csr.num_dst)
+
+
+def edge_by_edge(alpha: Tensor, x: Tensor, src: Tensor, dst: Tensor, num_dst: int) -> Tensor:
+    """``out[dst[e], h] += alpha[e, h] * x[src[e], h]``: gather, weight, ``index_add`` (what
+    ``torch.compile`` traces and inductor fuses; no sparse tensor)."""
+    messages = alpha.unsqueeze(-1) * x.index_select(0, src)
+    return x.new_zeros(num_dst, x.shape[1], x.shape[2]).index_add_(0, dst, messages.to(x.dtype))

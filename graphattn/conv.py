@@ -60,7 +60,7 @@ from torch_geometric.utils.sparse import set_sparse_value
 
 from common import attention as attention_lib
 
-from .aggregate import TargetCSR, attention_aggregate
+from .aggregate import TargetCSR, attention_aggregate, edge_by_edge
 from .dropout import Dropout, SparseDropout
 
 #: Keyword arguments that go to ``MessagePassing``; all other extra keywords are options of
@@ -341,19 +341,29 @@ class GATConv(MessagePassing):
         ``edge_index`` between compiled calls goes unseen), and the aggregation edge by edge (gather,
         weight, ``index_add``), which inductor fuses; a graph not prepared yet is prepared outside the
         compiled graph (one break)."""
-        cache = self._graph_cache
-        key = (num_src, num_dst, None if size is None else tuple(size))
-        if edge_attr is None and cache is not None and cache[0]() is edge_index and cache[1][1:] == key:
-            graph = cache[2]
-        else:
+        graph = self._cached_graph(edge_index, edge_attr, self._graph_key(edge_index, num_src, num_dst, size))
+        if graph is None:
             graph = self._prepare_untraced(edge_index, edge_attr, num_src, num_dst, size)
-        edges, ptr, edge_attr = graph.edges, graph.ptr, graph.edge_attr
-        alpha = self.edge_updater(edges, alpha=(alpha_src, alpha_dst), edge_attr=edge_attr, keys=x_src,
-                                  target_ptr=ptr, size=size)
-        values = self.value_dropout_layer(x_src)
-        messages = alpha.unsqueeze(-1) * values.index_select(0, edges[0])
-        out = values.new_zeros(num_dst, self.heads, self.out_channels).index_add_(0, edges[1], messages)
+        edges = graph.edges
+        alpha = self.edge_updater(edges, alpha=(alpha_src, alpha_dst), edge_attr=graph.edge_attr, keys=x_src,
+                                  target_ptr=graph.ptr, size=size)
+        out = edge_by_edge(alpha, self.value_dropout_layer(x_src), edges[0], edges[1], num_dst)
         return self._finish(out, res)
+
+    @staticmethod
+    def _graph_key(edge_index: Adj, num_src: int, num_dst: int, size: Size) -> tuple:
+        """What a cached graph must match besides the ``edge_index`` object: its version counter (not read
+        while torch.compile traces: reading it is a graph break), the node counts and ``size``."""
+        version = 0 if torch.compiler.is_compiling() else getattr(edge_index, "_version", 0)
+        return version, num_src, num_dst, None if size is None else tuple(size)
+
+    def _cached_graph(self, edge_index: Adj, edge_attr: OptTensor, key: tuple) -> Optional["PreparedGraph"]:
+        """The graph prepared for this ``edge_index`` object and ``key``, or None (see :meth:`_prepare_graph`)."""
+        cache = self._graph_cache
+        if self.explain or edge_attr is not None or cache is None or cache[0]() is not edge_index:
+            return None
+        same_version = torch.compiler.is_compiling() or cache[1][0] == key[0]
+        return cache[2] if same_version and cache[1][1:] == key[1:] else None
 
     @torch.compiler.disable
     def _prepare_untraced(self, edge_index, edge_attr, num_src, num_dst, size) -> "PreparedGraph":
@@ -367,11 +377,10 @@ class GATConv(MessagePassing):
         ``edge_index`` object, as long as it is unchanged (same version counter) and alive:
         a transductive model calls its layers with one graph for every epoch.
         """
-        key = (getattr(edge_index, "_version", 0), num_src, num_dst, None if size is None else tuple(size))
-        cache = self._graph_cache
-        if not self.explain and edge_attr is None and cache is not None and cache[0]() is edge_index \
-                and cache[1] == key:
-            return cache[2]
+        key = self._graph_key(edge_index, num_src, num_dst, size)
+        cached = self._cached_graph(edge_index, edge_attr, key)
+        if cached is not None:
+            return cached
         given, num_loops = edge_index, 0
         presorted = True if isinstance(edge_index, EdgeIndex) and edge_index.is_sorted_by_col else None
         if self.add_self_loops:
