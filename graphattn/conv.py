@@ -139,6 +139,20 @@ def sort_by_target(edge_index: Tensor, num_src: int, num_dst: int, num_loops: in
     return EdgeIndex(edges, sparse_size=(num_src, num_dst), sort_order="col"), to_sorted
 
 
+def target_count(edge_index: Adj, size: Size, x_dst: Tensor) -> int:
+    """The number of target nodes, as PyG's ``MessagePassing`` finds it: ``size[1]``, else the
+    adjacency's own shape (a ``torch.sparse`` or ``SparseTensor`` ``adj_t`` has a row per target, an
+    ``EdgeIndex`` may know its column count), else the rows of ``x_dst`` (``x_src`` when there is no
+    ``x_dst``)."""
+    if size is not None and size[1] is not None:
+        return int(size[1])
+    if is_torch_sparse_tensor(edge_index) or isinstance(edge_index, SparseTensor):
+        return int(edge_index.size(0))
+    if isinstance(edge_index, EdgeIndex) and edge_index.num_cols is not None:
+        return int(edge_index.num_cols)
+    return x_dst.size(0)
+
+
 def merge_appended_loops(col: Tensor, num_loops: int, num_dst: int) -> Tensor:
     """The permutation that sorts ``[edges sorted by target col, loops 0 .. num_loops-1]`` by
     target, in one pass: each loop goes after the edges of its node (a stable sort's place)."""
@@ -154,9 +168,11 @@ class GATConv(MessagePassing):
 
     The constructor, the call ``conv(x, edge_index, edge_attr=None, size=None,
     return_attention_weights=None)`` and the parameter names (so ``state_dict`` s load both ways
-    for ``softmax``) are those of PyG's ``GATConv``. ``edge_index`` may be a ``[2, E]`` tensor, a
-    ``torch.sparse`` adjacency ``adj_t`` or a ``torch_sparse.SparseTensor``. ``x`` may also be a
-    sparse CSR matrix (see :func:`sparse_linear`).
+    for ``softmax``) are those of PyG's ``GATConv``, and so is the repr with the default
+    ``attention``. ``edge_index`` may be a ``[2, E]`` tensor, an ``EdgeIndex``, a ``torch.sparse``
+    adjacency ``adj_t`` (COO, CSR or CSC: rows are targets) or a ``torch_sparse.SparseTensor``; the
+    number of targets comes from ``size``, else from the adjacency's shape, else from ``x``
+    (:func:`target_count`). ``x`` may also be a sparse CSR matrix (see :func:`sparse_linear`).
 
     Args:
         value_dropout: dropout probability of the projected source features (the values summed
@@ -238,6 +254,7 @@ class GATConv(MessagePassing):
             self.register_parameter("bias", None)
 
         self.normalizer = attention_lib.build(attention, num_heads=heads, key_dim=out_channels, **kwargs)
+        self._normalizer_options = dict(kwargs)  # for the repr
         # Only contextual priors (bam-wc, bam-lc) read the keys.
         self.needs_keys = getattr(self.normalizer, "prior_net", None) is not None
         # A module (not F.dropout) so that common.attention.mc_sampling(dropout=True) sees it.
@@ -304,7 +321,10 @@ class GATConv(MessagePassing):
             alpha_dst = None if alpha_dst is None else alpha_dst + self.att_dst_bias
 
         num_src = x_src.size(0)
-        num_dst = size[1] if size is not None else (x_dst if x_dst is not None else x_src).size(0)
+        num_dst = target_count(edge_index, size, x_dst if x_dst is not None else x_src)
+        if x_dst is not None and x_dst.size(0) != num_dst:
+            raise ValueError(f"x_dst has {x_dst.size(0)} rows but the graph has {num_dst} target nodes "
+                             f"(from size or the sparse adjacency's shape); give one row per target node")
         if torch.compiler.is_compiling() and not return_attention_weights and not self.explain:
             return self._traced_forward(x_src, x_dst, alpha_src, alpha_dst, res, edge_index, edge_attr, num_src,
                                         num_dst, size)
@@ -382,6 +402,8 @@ class GATConv(MessagePassing):
         if cached is not None:
             return cached
         given, num_loops = edge_index, 0
+        if is_torch_sparse_tensor(edge_index) and edge_index.layout == torch.sparse_csc:
+            edge_index = edge_index.to_sparse_csr()  # PyG's self-loop utilities take COO and CSR only
         presorted = True if isinstance(edge_index, EdgeIndex) and edge_index.is_sorted_by_col else None
         if self.add_self_loops:
             if isinstance(edge_index, Tensor):
@@ -443,9 +465,14 @@ class GATConv(MessagePassing):
         return state
 
     def __repr__(self) -> str:
-        return (f"{self.__class__.__name__}({self.in_channels}, {self.out_channels}, "
-                f"heads={self.heads}, attention={self.attention!r}"
-                + (f", value_dropout={self.value_dropout}" if self.value_dropout else "")
-                + (f", input_dropout={self.input_dropout.p}" if self.input_dropout.p else "")
-                + (", attention_bias=True" if self.att_src_bias is not None else "") + ")")
-
+        """PyG's repr (``GATConv(8, 32, heads=2)``) plus only the options set away from their defaults."""
+        extra = {"attention": self.attention} if self.attention != "softmax" else {}
+        extra.update(self._normalizer_options)
+        if self.value_dropout:
+            extra["value_dropout"] = self.value_dropout
+        if self.input_dropout.p:
+            extra["input_dropout"] = self.input_dropout.p
+        if self.att_src_bias is not None:
+            extra["attention_bias"] = True
+        options = "".join(f", {key}={value!r}" for key, value in extra.items())
+        return f"{self.__class__.__name__}({self.in_channels}, {self.out_channels}, heads={self.heads}{options})"
