@@ -20,7 +20,8 @@ __all__ = ["RULES", "load_config", "to_dict"]
 
 #: Ranges and choices of the GAT keys (beyond :data:`common.utils.config.RULES`).
 RULES = {"model.hidden_channels": at_least(1), "model.out_heads": at_least(1), "model.negative_slope": at_least(0),
-         "kl.reduction": Rule(choices=KL_REDUCTIONS)}
+         "kl.reduction": Rule(choices=KL_REDUCTIONS), "loader.kind": Rule(choices=("full", "neighbor")),
+         "loader.batch_size": at_least(1), "loader.eval_batch_size": at_least(1), "loader.num_workers": at_least(0)}
 
 
 def load_config(

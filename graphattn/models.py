@@ -4,18 +4,18 @@ from __future__ import annotations
 from typing import Any, Mapping, Optional
 
 import torch
-
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.typing import Adj
 
 from common.attention import AuxLosses
+from common.utils.distributed import DistEnv
 
 from .conv import GATConv
+from .dropout import Dropout, SparseDropout
 
 #: How :meth:`GAT.kl` combines the layers' KL terms.
 KL_REDUCTIONS = ("layer_sum", "head_mean")
-from .dropout import Dropout, SparseDropout
 
 
 class GAT(nn.Module):
@@ -61,6 +61,19 @@ class GAT(nn.Module):
     def forward(self, x: Tensor, edge_index: Adj) -> Tensor:
         x = F.elu(self.conv1(self.input_dropout(x), edge_index))
         return self.conv2(self.hidden_dropout(x), edge_index)
+
+    @torch.no_grad()
+    def inference(self, x: Tensor, loader, env=None) -> Tensor:
+        """The eval-mode output for every node, layer by layer over ``loader``'s full neighbourhoods
+        (:func:`graphattn.minibatch.inference_loader`): what ``self(x, edge_index)`` gives in eval mode,
+        without holding every layer's whole graph at once. ``env``: share the work over ``torchrun``
+        processes (:class:`common.utils.distributed.DistEnv`)."""
+        from .minibatch import layer_over_batches
+
+        self.eval()
+        env = env if env is not None else DistEnv()
+        x = F.elu(layer_over_batches(self.conv1, x, loader, env))
+        return layer_over_batches(self.conv2, x, loader, env)
 
     def kl(self, aux: AuxLosses, reduction: str = "layer_sum") -> Tensor:
         """The BAM KL collected in ``aux`` during a forward pass. Each layer adds the mean of its

@@ -52,10 +52,12 @@ from common.utils import (MetricsLogger, atomic_save, atomic_write_json, console
                           seed_everything)
 from common.utils.cli import overrides_from, training_parser
 from common.utils.config import check_resumable
+from common.utils.distributed import all_reduce_sum, broadcast_objects, cleanup, wrap_model
 from common.utils.runtime import DeviceError, Runtime
 
 from .config import load_config, to_dict
 from .data import PlanetoidDataError, load_planetoid
+from .minibatch import SamplerMissing
 from .models import GAT
 
 
@@ -81,7 +83,15 @@ def kl_schedule(cfg: DictConfig) -> attention.KLSchedule:
 
 def runtime_of(cfg: DictConfig) -> Runtime:
     """Device, precision and compilation of a run (``--device``, ``train.precision``, ``train.compile``)."""
-    return Runtime.create(cfg.device, cfg.train.precision, cfg.train.compile, threads=cfg.train.num_threads)
+    return Runtime.create(cfg.device, cfg.train.precision, cfg.train.compile, threads=cfg.train.num_threads,
+                          distributed=True)
+
+
+def split_metrics(logits: torch.Tensor, y: torch.Tensor, mask: torch.Tensor) -> Dict[str, float]:
+    """Cross-entropy and accuracy of ``logits`` on the nodes of ``mask``."""
+    logits = logits[mask].float()
+    return {"loss": float(F.cross_entropy(logits, y[mask])),
+            "acc": float((logits.argmax(-1) == y[mask]).float().mean())}
 
 
 @torch.no_grad()
@@ -89,9 +99,80 @@ def evaluate_split(model: GAT, x, edge_index, y, mask, runtime: Optional[Runtime
     """Cross-entropy and accuracy on ``mask`` with the model in eval mode (posterior mean)."""
     model.eval()
     with runtime.autocast() if runtime is not None else nullcontext():
-        logits = model(x, edge_index)[mask].float()
-    return {"loss": float(F.cross_entropy(logits, y[mask])),
-            "acc": float((logits.argmax(-1) == y[mask]).float().mean())}
+        logits = model(x, edge_index)
+    return split_metrics(logits, y, mask)
+
+
+class FullBatch:
+    """The whole graph in every step (the paper's transductive protocol): one step per epoch."""
+
+    def __init__(self, cfg: DictConfig, data: Data, forward, runtime: Runtime):
+        self.x, self.data, self.forward, self.runtime = prepare_features(data, cfg), data, forward, runtime
+
+    def train_epoch(self, model: GAT, optimizer, kl_weight: float, cfg: DictConfig, epoch: int) -> Dict[str, float]:
+        mask, y, collect = self.data.train_mask, self.data.y, cfg.kl.weight > 0
+        optimizer.zero_grad(set_to_none=True)
+        with self.runtime.autocast(), attention.aux_losses() if collect else nullcontext() as aux:
+            # without a collector the BAM layers skip the KL entirely
+            logits = self.forward(self.x, self.data.edge_index)[mask].float()
+        kl = model.kl(aux, cfg.kl.reduction) if collect else torch.zeros((), device=logits.device)
+        ce = F.cross_entropy(logits, y[mask])
+        loss = ce + kl_weight * kl
+        self.runtime.backward_step(loss, optimizer)
+        return {"train/loss": loss.item(), "train/ce": ce.item(),
+                "train/acc": (logits.argmax(-1) == y[mask]).float().mean().item(), "train/kl": kl.item()}
+
+    @torch.no_grad()
+    def predict(self, model: GAT) -> torch.Tensor:
+        """Eval-mode logits of every node."""
+        model.eval()
+        with self.runtime.autocast():
+            return self.forward(self.x, self.data.edge_index)
+
+
+class NeighborBatches:
+    """Mini-batches of seed nodes with sampled neighbourhoods (:mod:`graphattn.minibatch`); under
+    ``torchrun`` each process takes its share of every global batch and evaluation is shared too."""
+
+    def __init__(self, cfg: DictConfig, data: Data, forward, runtime: Runtime, seed: int):
+        from . import minibatch
+
+        self.minibatch, self.data, self.forward, self.runtime, self.env = minibatch, data, forward, runtime, runtime.env
+        fanouts = minibatch.check_fanouts(cfg.loader.num_neighbors, num_layers=2)
+        cpu_data = data.cpu() if data.x.device.type != "cpu" else data  # the sampler runs on the CPU
+        self.loader = minibatch.train_loader(cpu_data, fanouts, cfg.loader.batch_size, self.env, seed,
+                                             cfg.loader.num_workers)
+        self.eval_loader = minibatch.inference_loader(cpu_data, cfg.loader.eval_batch_size, cfg.loader.num_workers)
+
+    def train_epoch(self, model: GAT, optimizer, kl_weight: float, cfg: DictConfig, epoch: int) -> Dict[str, float]:
+        """One pass over the training nodes; the metrics are means over every process's seed nodes."""
+        self.loader.global_batches.set_epoch(epoch)
+        device, collect = self.runtime.device, cfg.kl.weight > 0
+        totals = torch.zeros(5, dtype=torch.float64, device=device)  # CE sum, correct, seeds, KL sum, steps
+        for batch in self.loader:
+            batch = batch.to(device)
+            seeds, y = batch.batch_size, batch.y[:batch.batch_size]
+            count = self.minibatch.global_count(seeds, self.env, device)
+            optimizer.zero_grad(set_to_none=True)
+            with self.runtime.autocast(), attention.aux_losses() if collect else nullcontext() as aux:
+                logits = self.forward(batch.x, batch.edge_index)[:seeds].float()
+            kl = model.kl(aux, cfg.kl.reduction) if collect else torch.zeros((), device=device)
+            loss = self.minibatch.seed_loss(logits, y, count, self.env) + kl_weight * kl
+            self.runtime.backward_step(loss, optimizer)
+            with torch.no_grad():
+                totals += torch.stack([F.cross_entropy(logits, y, reduction="sum"), (logits.argmax(-1) == y).sum(),
+                                       torch.tensor(seeds, device=device), kl, torch.ones((), device=device)]
+                                      ).double()
+        ce_sum, correct, seen, kl_sum, steps = all_reduce_sum(totals, self.env).tolist()
+        ce, kl = ce_sum / max(seen, 1), kl_sum / max(steps, 1)
+        return {"train/loss": ce + kl_weight * kl, "train/ce": ce, "train/acc": correct / max(seen, 1),
+                "train/kl": kl}
+
+    @torch.no_grad()
+    def predict(self, model: GAT) -> torch.Tensor:
+        """Eval-mode logits of every node, by layer-wise inference over full neighbourhoods."""
+        with self.runtime.autocast():
+            return model.inference(self.data.x, self.eval_loader, self.env)
 
 
 def train_seed(cfg: DictConfig, data: Data, seed: int, progress: bool = True,
@@ -100,15 +181,17 @@ def train_seed(cfg: DictConfig, data: Data, seed: int, progress: bool = True,
 
     ``data`` lives on ``runtime.device`` (default: the CPU in fp32). ``logger`` (if given)
     receives the per-epoch metrics, which the checkpoint's ``history`` also holds.
+    ``loader.kind`` chooses full-batch steps (:class:`FullBatch`) or sampled mini-batches
+    (:class:`NeighborBatches`; under ``torchrun`` the model is wrapped in DistributedDataParallel).
     """
     runtime = runtime or Runtime(torch.device("cpu"))
     seed_everything(seed, deterministic=cfg.train.deterministic)
-    x, edge_index, y = prepare_features(data, cfg), data.edge_index, data.y
     model = build_model(cfg, data.num_features, data.num_classes).to(runtime.device)
-    forward = runtime.compile(model)
+    forward = runtime.compile(wrap_model(model, runtime.env))
+    steps = NeighborBatches(cfg, data, forward, runtime, seed) if cfg.loader.kind == "neighbor" \
+        else FullBatch(cfg, data, forward, runtime)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay)
     schedule = kl_schedule(cfg)
-    collect_kl = cfg.kl.weight > 0
 
     best_acc, best_loss, snapshot_acc = -math.inf, math.inf, -math.inf
     best_state, best_epoch, waited, history = None, 0, 0, []
@@ -118,21 +201,10 @@ def train_seed(cfg: DictConfig, data: Data, seed: int, progress: bool = True,
     start = time.perf_counter()
     for epoch in range(cfg.train.max_epochs):
         model.train()
-        optimizer.zero_grad(set_to_none=True)
-        with runtime.autocast(), attention.aux_losses() if collect_kl else nullcontext() as aux:
-            # without a collector the BAM layers skip the KL entirely
-            logits = forward(x, edge_index)
-        kl_weight, kl = (schedule(epoch), model.kl(aux, cfg.kl.reduction)) if collect_kl \
-            else (0.0, torch.zeros((), device=x.device))
-        train_logits = logits[data.train_mask].float()
-        ce = F.cross_entropy(train_logits, y[data.train_mask])
-        loss = ce + kl_weight * kl
-        runtime.backward_step(loss, optimizer)
-
-        val = evaluate_split(forward, x, edge_index, y, data.val_mask, runtime)
-        row = {"train/loss": loss.item(), "train/ce": ce.item(),
-               "train/acc": (train_logits.argmax(-1) == y[data.train_mask]).float().mean().item(),
-               "train/kl": kl.item(), "train/kl_weight": kl_weight, "val/loss": val["loss"], "val/acc": val["acc"]}
+        kl_weight = schedule(epoch) if cfg.kl.weight > 0 else 0.0
+        row = steps.train_epoch(model, optimizer, kl_weight, cfg, epoch)
+        val = split_metrics(steps.predict(model), data.y, data.val_mask)
+        row.update({"train/kl_weight": kl_weight, "val/loss": val["loss"], "val/acc": val["acc"]})
         history.append({"epoch": epoch, **row})
         if logger is not None:
             logger.log(epoch, **row)
@@ -152,10 +224,10 @@ def train_seed(cfg: DictConfig, data: Data, seed: int, progress: bool = True,
     bar.close()
 
     model.load_state_dict(best_state)
+    logits = steps.predict(model)
     metrics = {
         "seed": seed, "epochs": epoch + 1, "best_epoch": best_epoch, "train_seconds": time.perf_counter() - start,
-        "val": evaluate_split(forward, x, edge_index, y, data.val_mask, runtime),
-        "test": evaluate_split(forward, x, edge_index, y, data.test_mask, runtime),
+        "val": split_metrics(logits, data.y, data.val_mask), "test": split_metrics(logits, data.y, data.test_mask),
     }
     return {"model_state": best_state, "config": to_dict(cfg), "metrics": metrics, "history": history}
 
@@ -172,34 +244,53 @@ def default_out_dir(cfg: DictConfig) -> Path:
 
 #: Config keys that may differ between the seeds of one output directory (where files go, how many
 #: seeds, where and how fast they compute).
-RESUMABLE_KEYS = ("data_root", "out_dir", "seeds", "first_seed", "device", "train.num_threads", "train.compile")
+RESUMABLE_KEYS = ("data_root", "out_dir", "seeds", "first_seed", "device", "train.num_threads", "train.compile",
+                  "loader.num_workers", "loader.eval_batch_size")
 
 
-def run(cfg: DictConfig, progress: bool = True, data: Optional[Data] = None) -> Dict:
-    """Train every seed of ``cfg`` (reusing finished seeds) and write ``results.json``."""
+def run(cfg: DictConfig, progress: bool = True, data: Optional[Data] = None) -> Optional[Dict]:
+    """Train every seed of ``cfg`` (reusing finished seeds) and write ``results.json``; returns its contents.
+
+    Under ``torchrun`` (``loader.kind=neighbor`` only) every process trains each seed on its share of
+    the batches; the main process alone writes checkpoints, curves and results (the others return None)."""
     runtime = runtime_of(cfg)
+    try:
+        return _run(cfg, runtime, progress, data)
+    finally:
+        cleanup(runtime.env)
+
+
+def _run(cfg: DictConfig, runtime: Runtime, progress: bool, data: Optional[Data]) -> Optional[Dict]:
+    env = runtime.env
+    if env.distributed and cfg.loader.kind != "neighbor":
+        raise ValueError(f"full-batch training runs in one process, not {env.world_size}: "
+                         f"use --loader neighbor under torchrun")
     out_dir = default_out_dir(cfg)
     data = (data if data is not None else load_planetoid(cfg.dataset, cfg.data_root)).to(runtime.device)
     config = to_dict(cfg)
     seeds = list(range(cfg.first_seed, cfg.first_seed + cfg.seeds))
     per_seed: List[Dict] = []
     start = time.perf_counter()
+    progress = progress and env.is_main
     for seed in console.progress(seeds, desc=f"{cfg.dataset} {cfg.attention.name} seeds", enabled=progress,
                                  unit="seed"):
         path = out_dir / f"seed{seed}.pt"
-        if path.exists():
+        if broadcast_objects([path.exists()], env)[0]:
             done = torch.load(path, map_location="cpu", weights_only=False)
             check_resumable(_with_old_defaults(done["config"]), config, RESUMABLE_KEYS, path)
             per_seed.append(done["metrics"])
-            console.say(seed_line(done["metrics"], reused=True))
+            if env.is_main:
+                console.say(seed_line(done["metrics"], reused=True))
             continue
         log_dir = out_dir / f"seed{seed}"
-        _clear_curves(log_dir)  # an interrupted earlier attempt at this seed
-        with MetricsLogger(log_dir) as logger:
+        if env.is_main:
+            _clear_curves(log_dir)  # an interrupted earlier attempt at this seed
+        with MetricsLogger(log_dir, enabled=env.is_main) as logger:
             checkpoint = train_seed(cfg, data, seed, progress, logger, runtime)
-        atomic_save(checkpoint, path)
+        if env.is_main:
+            atomic_save(checkpoint, path)
+            console.say(seed_line(checkpoint["metrics"]))
         per_seed.append(checkpoint["metrics"])
-        console.say(seed_line(checkpoint["metrics"]))
     train_seconds = [m.get("train_seconds") for m in per_seed]
     results = results_record(
         config,
@@ -216,6 +307,8 @@ def run(cfg: DictConfig, progress: bool = True, data: Optional[Data] = None) -> 
         wall_seconds_this_run=time.perf_counter() - start,
         checkpoints=[str(out_dir / f"seed{s}.pt") for s in seeds],
     )
+    if not env.is_main:
+        return None
     results["plots"] = [str(path) for path in _plot(out_dir, results, per_seed)]
     atomic_write_json(out_dir / "results.json", results)
     return results
@@ -249,7 +342,9 @@ def _with_old_defaults(config: Dict) -> Dict:
     """A seed's saved config with the keys added since, at the values such seeds ran with."""
     return {"preset": None, **config, "train": {"precision": "fp32", **config["train"]},
             "model": {"per_head_input_dropout": False, "attention_bias": False, **config["model"]},
-            "kl": {"reduction": "layer_sum", **config["kl"]}}
+            "kl": {"reduction": "layer_sum", **config["kl"]},
+            "loader": config.get("loader", {"kind": "full", "num_neighbors": [10, 10], "batch_size": 512,
+                                            "eval_batch_size": 4096, "num_workers": 0})}
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -259,19 +354,28 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("--dataset", help="Cora, CiteSeer or PubMed (default: the config's)")
     parser.add_argument("--attention", help="attention variant: " + ", ".join(attention.available()))
     parser.add_argument("--seeds", type=int, help="number of seeds (default 10)")
+    parser.add_argument("--loader", choices=("full", "neighbor"),
+                        help="full: the whole graph every step (default); neighbor: NeighborLoader mini-batches")
+    parser.add_argument("--num-neighbors", type=int, nargs="+", metavar="K",
+                        help="with --loader neighbor: neighbours sampled per layer, -1 = all (default 10 10)")
+    parser.add_argument("--batch-size", type=int, help="with --loader neighbor: seed nodes per step (default 512)")
     return parser.parse_intermixed_args(argv)
 
 
 @console.interruptible
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
-    overrides = overrides_from(args, {"seeds": args.seeds})
+    overrides = overrides_from(args, {"seeds": args.seeds, "loader.kind": args.loader,
+                                      "loader.num_neighbors": args.num_neighbors and f"[{','.join(map(str, args.num_neighbors))}]",
+                                      "loader.batch_size": args.batch_size})
     try:
         cfg = load_config(args.dataset, args.attention, overrides, args.config)
         results = run(cfg, progress=not args.no_progress)
-    except (PlanetoidDataError, DeviceError, ValueError) as err:
+    except (PlanetoidDataError, DeviceError, SamplerMissing, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    if results is None:  # a torchrun process other than the main one
+        return 0
     acc, out_dir = results["test_acc"], default_out_dir(cfg)
     print(f"{results['dataset']} {results['attention']}: test accuracy {acc['mean']:.2f} +- {acc['std']:.2f} "
           f"over {len(results['seeds'])} seeds, {results['train_seconds']['total']:.1f} s of training")
