@@ -21,16 +21,18 @@ median and the best of ``--repeats`` are reported, with the ratios of both:
    resident size before the step (after a warm-up step); ``cache_mib`` is what our layer
    keeps between calls for the graph.
 
-4. ``minibatch_epoch``: a mini-batch training epoch of the two-layer GAT (ours ``bam-wc``, PyG's
-   example model) on 2-hop subgraphs of 1024 seed nodes of the large graph (NeighborLoader with
-   fanouts 10/10 where pyg-lib or torch-sparse is installed, else ``k_hop_subgraph``): a fresh
+4. ``minibatch_epoch``: a mini-batch training epoch of the two-layer GAT (ours with ``softmax`` and
+   with ``bam-wc``, PyG's example model) on the large graph through PyG's ``NeighborLoader`` (fanouts
+   10/10, 1024 seed nodes; needs the ``sampler`` extra), the same subgraphs for every side: a fresh
    ``edge_index`` every step. ``--epoch-batches`` (``--quick``: 4) times only the first batches.
+   Peak memory per side as in ``large`` (GPU: the largest step).
 
 With ``--device cuda`` and Triton installed, our BAM layers run the fused edge-wise kernels
 (:mod:`common.attention.kernels.edge_bam`); ``ATTN_TRITON=0`` times the PyTorch path instead.
 
 Speed targets (issue 14): BAM-WC layer <= 1.05x PyG with a reused graph (Cora and 1.2M edges),
-<= 1.2x with a fresh graph every call, mini-batch epoch <= 1.1x (GPU), peak memory <= 1.0x.
+<= 1.2x with a fresh graph every call, peak memory <= 1.0x. Mini-batch epoch (issue 32, CPU, 2 threads):
+BAM-WC <= 1.1x PyG, softmax <= 1.0x.
 The JSON records both sides and the ratios.
 """
 from __future__ import annotations
@@ -294,62 +296,74 @@ def bench_large(repeats: int) -> Dict:
             "ratio_memory_softmax_vs_pyg": memory["ours_softmax"] / memory["pyg"]}
 
 
-def minibatches(x: torch.Tensor, edge_index: torch.Tensor, batch_size: int, num_batches: int):
-    """``(x, edge_index, seed positions, seed ids)`` of 2-hop subgraphs around consecutive chunks of
-    ``batch_size`` seed nodes (a random order): PyG's ``NeighborLoader`` (fanouts 10/10) where
-    pyg-lib or torch-sparse is installed, else ``k_hop_subgraph`` (every 2-hop neighbour)."""
-    from torch_geometric.typing import WITH_PYG_LIB, WITH_TORCH_SPARSE
-    seeds = torch.randperm(x.size(0), generator=torch.Generator().manual_seed(0)).split(batch_size)
-    seeds = seeds[:num_batches] if num_batches else seeds
-    if WITH_PYG_LIB or WITH_TORCH_SPARSE:
-        from torch_geometric.data import Data
-        from torch_geometric.loader import NeighborLoader
-        loader = NeighborLoader(Data(x=x, edge_index=edge_index), num_neighbors=[10, 10],
-                                input_nodes=torch.cat(seeds), batch_size=batch_size)
-        for batch in loader:
-            yield batch.x, batch.edge_index, torch.arange(batch.batch_size), batch.n_id[:batch.batch_size]
-        return
-    from torch_geometric.utils import k_hop_subgraph
-    for chunk in seeds:
-        subset, sub_edges, mapping, _ = k_hop_subgraph(chunk, 2, edge_index, relabel_nodes=True,
-                                                       num_nodes=x.size(0))
-        yield x[subset], sub_edges, mapping, chunk
+#: The mini-batch sides: our GAT with each normalizer (and its KL weight) and PyG's example model.
+MINIBATCH_SIDES = {"ours_softmax": ("softmax", 0.0), "ours_bam-wc": ("bam-wc", 0.1), "pyg": (None, 0.0)}
 
 
-def bench_minibatch_epoch(batch_size: int, num_batches: int) -> Dict:
-    """A mini-batch training epoch of the two-layer GAT (``PyGExampleGAT`` vs ``graphattn.GAT``
-    with ``bam-wc``) on 2-hop subgraphs of the large graph: a new ``edge_index`` every step.
-
-    The subgraphs are sampled once, before timing, and both sides train on the same ones; each
-    side's steps are timed batch by batch in alternation. The large graph is stored sorted by
-    target (a one-time ``sort_edge_index``), so the subgraphs arrive sorted by target too.
-    """
-    from torch_geometric.typing import WITH_PYG_LIB, WITH_TORCH_SPARSE
+def minibatch_loader(batch_size: int, num_batches: int):
+    """PyG's ``NeighborLoader`` (fanouts 10/10) over seed nodes in a fixed random order, on the large graph;
+    the graph is stored sorted by target (one ``sort_edge_index``), as a loader's subgraphs then are too."""
+    from torch_geometric.data import Data
+    from torch_geometric.loader import NeighborLoader
     from torch_geometric.utils import sort_edge_index
 
+    from graphattn.minibatch import require_sampler
+    require_sampler()
+    x, edge_index = (t.cpu() for t in large_graph())  # the sampler runs on the CPU
+    edge_index = sort_edge_index(edge_index, num_nodes=LARGE["nodes"], sort_by_row=False)
+    y = torch.randint(0, 8, (LARGE["nodes"],), generator=torch.Generator().manual_seed(1))
+    seeds = torch.randperm(LARGE["nodes"], generator=torch.Generator().manual_seed(2))
+    seeds = seeds[:num_batches * batch_size] if num_batches else seeds
+    return NeighborLoader(Data(x=x, edge_index=edge_index, y=y), num_neighbors=[10, 10], input_nodes=seeds,
+                          batch_size=batch_size)
+
+
+def minibatch_models() -> Dict[str, tuple]:
+    """Each side's model (same seed) and a step ``step(batch)``: forward on the subgraph, the loss of its
+    seed nodes (plus the weighted KL for BAM), backward, Adam."""
     from graphattn import GAT
-    x, edge_index = large_graph()
-    edge_index = sort_edge_index(edge_index, num_nodes=x.size(0), sort_by_row=False)
-    y = torch.randint(0, 8, (x.size(0),), generator=torch.Generator().manual_seed(1)).to(DEVICE)
-    start = time.perf_counter()
-    batches = [tuple(t.to(DEVICE) for t in batch) for batch in minibatches(x, edge_index, batch_size, num_batches)]
-    sampling_ms = (time.perf_counter() - start) * 1e3
-    torch.manual_seed(0)
-    models = {"ours_bam-wc": (GAT(LARGE["features"], 8, attention="bam-wc").to(DEVICE), 0.1),
-              "pyg": (PyGExampleGAT(LARGE["features"], 8, 8, 8).to(DEVICE), 0.0)}
     steps = {}
-    for name, (model, kl_weight) in models.items():
+    for name, (normalizer, kl_weight) in MINIBATCH_SIDES.items():
+        torch.manual_seed(0)
+        model = (PyGExampleGAT(LARGE["features"], 8, 8, 8) if normalizer is None
+                 else GAT(LARGE["features"], 8, attention=normalizer)).to(DEVICE).train()
         optimizer = torch.optim.Adam(model.parameters(), lr=0.005, weight_decay=5e-4)
 
         def step(batch, model=model, optimizer=optimizer, kl_weight=kl_weight):
-            sub_x, sub_edges, seed_pos, seed_ids = batch
             optimizer.zero_grad()
             with attention.aux_losses() as aux:
-                out = model(sub_x, sub_edges)
-            loss = F.cross_entropy(out[seed_pos], y[seed_ids]) + (kl_weight * aux.total() if kl_weight else 0.0)
+                out = model(batch.x, batch.edge_index)[:batch.batch_size]
+            loss = F.cross_entropy(out, batch.y[:batch.batch_size]) + (kl_weight * aux.total() if kl_weight else 0.0)
             loss.backward()
             optimizer.step()
         steps[name] = step
+    return steps
+
+
+def minibatch_memory_child(side: str, batch_size: int) -> None:
+    """Run in a subprocess: peak RSS increase (MiB) over the steps of 4 mini-batches of ``side``."""
+    loader = iter(minibatch_loader(batch_size, 5))
+    step = minibatch_models()[side]
+    step(next(loader).to(DEVICE))  # allocator warm-up, Adam state
+    batches = [batch.to(DEVICE) for batch in loader]
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    before = _rss_kib("VmRSS")
+    for batch in batches:
+        step(batch)
+    print(json.dumps({"peak_mib": (_rss_kib("VmHWM") - before) / 1024}))
+
+
+def bench_minibatch_epoch(batch_size: int, num_batches: int) -> Dict:
+    """A mini-batch training epoch of the two-layer GAT, ours (softmax; BAM-WC with its KL) against PyG's
+    example model, all on the same ``NeighborLoader`` subgraphs of the large graph: a new ``edge_index``
+    every step. The subgraphs are sampled once (``sampling_ms``, the same for every side) and the sides'
+    steps are timed batch by batch in alternation; ``epoch_ms`` = sampling + model steps. Peak memory:
+    GPU memory of the largest step on CUDA, else each side's peak RSS over 4 steps in a subprocess."""
+    start = time.perf_counter()
+    batches = [batch.to(DEVICE) for batch in minibatch_loader(batch_size, num_batches)]
+    sampling_ms = (time.perf_counter() - start) * 1e3
+    steps = minibatch_models()
     for step in steps.values():  # warm-up
         step(batches[0])
     total = {name: 0.0 for name in steps}
@@ -360,11 +374,25 @@ def bench_minibatch_epoch(batch_size: int, num_batches: int) -> Dict:
             step(batch)
             synchronize()
             total[name] += (time.perf_counter() - begin) * 1e3
-    return {"sampler": "NeighborLoader 10/10" if WITH_PYG_LIB or WITH_TORCH_SPARSE else "k_hop_subgraph 2 hops",
-            "batch_size": batch_size, "batches": len(batches),
-            "mean_edges": statistics.mean(b[1].size(1) for b in batches),
-            "mean_nodes": statistics.mean(b[0].size(0) for b in batches),
-            "sampling_ms": sampling_ms, **with_ratios(total)}
+    epoch = {name: sampling_ms + ms for name, ms in total.items()}
+    if DEVICE.type == "cuda":
+        largest = max(batches, key=lambda b: b.edge_index.size(1))
+        memory = {name: cuda_peak_mib(lambda step=step: step(largest)) for name, step in steps.items()}
+    else:
+        memory = {}
+        for name in steps:
+            child = subprocess.run([sys.executable, __file__, "--minibatch-memory-child", name, "--batch-size",
+                                    str(batch_size), "--threads", str(torch.get_num_threads())],
+                                   capture_output=True, text=True, check=True)
+            memory[name] = json.loads(child.stdout.strip().splitlines()[-1])["peak_mib"]
+    return {"sampler": "NeighborLoader 10/10", "batch_size": batch_size, "batches": len(batches),
+            "mean_edges": statistics.mean(b.edge_index.size(1) for b in batches),
+            "mean_nodes": statistics.mean(b.num_nodes for b in batches),
+            "sampling_ms": sampling_ms, **with_ratios(total),
+            "epoch_ms": epoch, "epoch_ratio_ours_softmax_vs_pyg": epoch["ours_softmax"] / epoch["pyg"],
+            "epoch_ratio_ours_bam-wc_vs_pyg": epoch["ours_bam-wc"] / epoch["pyg"],
+            "peak_mib": memory, "ratio_memory_bam-wc_vs_pyg": memory["ours_bam-wc"] / memory["pyg"],
+            "ratio_memory_softmax_vs_pyg": memory["ours_softmax"] / memory["pyg"]}
 
 
 def main() -> int:
@@ -383,6 +411,7 @@ def main() -> int:
     parser.add_argument("--sections", default=",".join(SECTIONS),
                         help=f"comma-separated subset of {','.join(SECTIONS)} (default: all)")
     parser.add_argument("--memory-child", choices=("pyg", "softmax", "bam-wc"), help=argparse.SUPPRESS)
+    parser.add_argument("--minibatch-memory-child", choices=tuple(MINIBATCH_SIDES), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.quick:
         args.repeats, args.large_repeats, args.epoch_batches = 10, 1, args.epoch_batches or 4
@@ -392,14 +421,17 @@ def main() -> int:
     if args.memory_child:
         large_memory_child(args.memory_child)
         return 0
+    if args.minibatch_memory_child:
+        minibatch_memory_child(args.minibatch_memory_child, args.batch_size)
+        return 0
     from graphattn.data import load_planetoid
-    data = load_planetoid("Cora", args.data_root)
     sections = args.sections.split(",")
     unknown = sorted(set(sections) - set(SECTIONS))
     if unknown:
         parser.error(f"--sections: unknown {unknown}; choose from {','.join(SECTIONS)}")
-    benches = {"layer": lambda: bench_layer(data, args.repeats),
-               "train_step": lambda: bench_train_step(data, args.repeats),
+    cora = load_planetoid("Cora", args.data_root) if {"layer", "train_step"} & set(sections) else None
+    benches = {"layer": lambda: bench_layer(cora, args.repeats),
+               "train_step": lambda: bench_train_step(cora, args.repeats),
                "large": lambda: bench_large(args.large_repeats),
                "minibatch_epoch": lambda: bench_minibatch_epoch(args.batch_size, args.epoch_batches)}
     results = {"threads": args.threads, "device": str(DEVICE)}

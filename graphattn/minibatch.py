@@ -18,6 +18,8 @@ writes no sampler of its own.
 """
 from __future__ import annotations
 
+import warnings
+from contextlib import contextmanager
 from typing import Iterator, List, Sequence
 
 import torch
@@ -98,8 +100,9 @@ def train_loader(data: Data, num_neighbors: Sequence[int], batch_size: int, env:
 
     seeds = data.train_mask.nonzero().view(-1).cpu()
     batches = GlobalBatches(seeds.numel(), batch_size, env, seed)
-    loader = NeighborLoader(data, num_neighbors=list(num_neighbors), input_nodes=seeds, batch_sampler=batches,
-                            num_workers=num_workers)
+    with _quiet_sampler():
+        loader = NeighborLoader(data, num_neighbors=list(num_neighbors), input_nodes=seeds, batch_sampler=batches,
+                                num_workers=num_workers)
     loader.global_batches = batches
     return loader
 
@@ -110,7 +113,18 @@ def inference_loader(data: Data, batch_size: int, num_workers: int = 0):
     from torch_geometric.loader import NeighborLoader
 
     graph = Data(edge_index=data.edge_index, num_nodes=data.num_nodes)  # features are gathered per layer
-    return NeighborLoader(graph, num_neighbors=[-1], batch_size=batch_size, shuffle=False, num_workers=num_workers)
+    with _quiet_sampler():
+        return NeighborLoader(graph, num_neighbors=[-1], batch_size=batch_size, shuffle=False,
+                              num_workers=num_workers)
+
+
+@contextmanager
+def _quiet_sampler():
+    """PyG's deprecation notice for torch-sparse's sampler (it prefers pyg-lib, which has no wheel for every
+    torch) silenced: with torch-sparse installed it would print on every run."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Using 'NeighborSampler' without a 'pyg-lib'", category=UserWarning)
+        yield
 
 
 @torch.no_grad()
