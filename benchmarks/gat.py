@@ -360,8 +360,12 @@ def bench_minibatch_epoch(batch_size: int, num_batches: int) -> Dict:
     every step. The subgraphs are sampled once (``sampling_ms``, the same for every side) and the sides'
     steps are timed batch by batch in alternation; ``epoch_ms`` = sampling + model steps. Peak memory:
     GPU memory of the largest step on CUDA, else each side's peak RSS over 4 steps in a subprocess."""
+    from graphattn.minibatch import SamplerMissing
     start = time.perf_counter()
-    batches = [batch.to(DEVICE) for batch in minibatch_loader(batch_size, num_batches)]
+    try:
+        batches = [batch.to(DEVICE) for batch in minibatch_loader(batch_size, num_batches)]
+    except SamplerMissing as err:
+        return {"skipped": str(err)}
     sampling_ms = (time.perf_counter() - start) * 1e3
     steps = minibatch_models()
     for step in steps.values():  # warm-up

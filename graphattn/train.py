@@ -26,6 +26,10 @@ budget (the epoch at which training stops if nothing improves), a line per finis
 and at the end the summary and every file written; Ctrl-C stops with
 ``interrupted at ...; re-run the same command to resume`` (exit status 130).
 
+``--loader neighbor`` (``loader.*`` keys) trains on PyG ``NeighborLoader`` mini-batches instead of the
+whole graph, also under ``torchrun`` (one share of every global batch per process), and evaluates by exact
+layer-wise inference (:mod:`graphattn.minibatch`); the patience rule is the same, per epoch.
+
 ``--device`` (default ``auto``: CUDA when available) and ``train.precision`` / ``train.compile``
 choose where and how the model computes (:mod:`common.utils.runtime`); the whole graph lives on
 the device. A seed trained on one device is reused on another.
@@ -57,7 +61,7 @@ from common.utils.runtime import DeviceError, Runtime
 
 from .config import load_config, to_dict
 from .data import PlanetoidDataError, load_planetoid
-from .minibatch import SamplerMissing
+from . import minibatch
 from .models import GAT
 
 
@@ -135,9 +139,7 @@ class NeighborBatches:
     ``torchrun`` each process takes its share of every global batch and evaluation is shared too."""
 
     def __init__(self, cfg: DictConfig, data: Data, forward, runtime: Runtime, seed: int):
-        from . import minibatch
-
-        self.minibatch, self.data, self.forward, self.runtime, self.env = minibatch, data, forward, runtime, runtime.env
+        self.data, self.forward, self.runtime, self.env = data, forward, runtime, runtime.env
         fanouts = minibatch.check_fanouts(cfg.loader.num_neighbors, num_layers=2)
         cpu_data = data.cpu() if data.x.device.type != "cpu" else data  # the sampler runs on the CPU
         self.loader = minibatch.train_loader(cpu_data, fanouts, cfg.loader.batch_size, self.env, seed,
@@ -152,12 +154,12 @@ class NeighborBatches:
         for batch in self.loader:
             batch = batch.to(device)
             seeds, y = batch.batch_size, batch.y[:batch.batch_size]
-            count = self.minibatch.global_count(seeds, self.env, device)
+            count = minibatch.global_count(seeds, self.env, device)
             optimizer.zero_grad(set_to_none=True)
             with self.runtime.autocast(), attention.aux_losses() if collect else nullcontext() as aux:
                 logits = self.forward(batch.x, batch.edge_index)[:seeds].float()
             kl = model.kl(aux, cfg.kl.reduction) if collect else torch.zeros((), device=device)
-            loss = self.minibatch.seed_loss(logits, y, count, self.env) + kl_weight * kl
+            loss = minibatch.seed_loss(logits, y, count, self.env) + kl_weight * kl
             self.runtime.backward_step(loss, optimizer)
             with torch.no_grad():
                 totals += torch.stack([F.cross_entropy(logits, y, reduction="sum"), (logits.argmax(-1) == y).sum(),
@@ -262,7 +264,10 @@ def run(cfg: DictConfig, progress: bool = True, data: Optional[Data] = None) -> 
 
 def _run(cfg: DictConfig, runtime: Runtime, progress: bool, data: Optional[Data]) -> Optional[Dict]:
     env = runtime.env
-    if env.distributed and cfg.loader.kind != "neighbor":
+    if cfg.loader.kind == "neighbor":  # fail before loading anything
+        minibatch.check_fanouts(cfg.loader.num_neighbors, num_layers=2)
+        minibatch.require_sampler()
+    elif env.distributed:
         raise ValueError(f"full-batch training runs in one process, not {env.world_size}: "
                          f"use --loader neighbor under torchrun")
     out_dir = default_out_dir(cfg)
@@ -365,13 +370,13 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 @console.interruptible
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
+    fanouts = args.num_neighbors and "[" + ",".join(map(str, args.num_neighbors)) + "]"
     overrides = overrides_from(args, {"seeds": args.seeds, "loader.kind": args.loader,
-                                      "loader.num_neighbors": args.num_neighbors and f"[{','.join(map(str, args.num_neighbors))}]",
-                                      "loader.batch_size": args.batch_size})
+                                      "loader.num_neighbors": fanouts, "loader.batch_size": args.batch_size})
     try:
         cfg = load_config(args.dataset, args.attention, overrides, args.config)
         results = run(cfg, progress=not args.no_progress)
-    except (PlanetoidDataError, DeviceError, SamplerMissing, ValueError) as err:
+    except (PlanetoidDataError, DeviceError, minibatch.SamplerMissing, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     if results is None:  # a torchrun process other than the main one

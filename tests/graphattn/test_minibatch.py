@@ -160,3 +160,11 @@ def test_two_processes_take_the_steps_of_one_on_the_global_batch(attn_data_root,
     for name, value in single["model_state"].items():
         torch.testing.assert_close(ddp["model_state"][name], value, rtol=1e-4, atol=1e-5, msg=name)
     assert ddp["config"]["loader"]["batch_size"] == 64
+
+
+def test_cli_refuses_a_fanout_per_layer_mismatch_before_loading_data(tmp_path, capsys):
+    argv = ["--dataset", "Cora", "--loader", "neighbor", "--num-neighbors", "10", "--out", str(tmp_path), "--seeds", "1",
+            "--data-root", str(tmp_path), "--no-progress"]
+    assert train.main(argv) == 2
+    assert "loader.num_neighbors must give one count per layer (2)" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
