@@ -33,6 +33,14 @@ def test_gat(precision, tolerance):
         cpu["eval"], rel=CUDA_FP32["rel"], abs=CUDA_FP32["abs"])
 
 
+@pytest.mark.parametrize("precision,tolerance", PRECISIONS)
+def test_gat_neighbor_loader(precision, tolerance):
+    """NeighborLoader batches (sampled on the CPU) trained on CUDA, evaluated layer-wise on CUDA: the CPU run."""
+    pytest.importorskip("torch_sparse", reason="the sampler extra (torch-sparse) is not installed")
+    loader = [NO_NOISE, "loader.kind=neighbor", "loader.num_neighbors=[-1,-1]", "loader.batch_size=8"]
+    assert_follows(gat_probe("cuda", precision, extra=loader), gat_probe("cpu", "fp32", extra=loader), **tolerance)
+
+
 @pytest.mark.parametrize("arch", ["lstm", "transformer"])
 @pytest.mark.parametrize("precision,tolerance", PRECISIONS)
 def test_mt(tiny_root, tmp_path, arch, precision, tolerance):

@@ -10,6 +10,7 @@ import torch_geometric.typing
 from torch_geometric.data import Data
 from torch_geometric.utils import stochastic_blockmodel_graph
 
+from common import attention
 from common.utils.distributed import DistEnv
 from graphattn import GAT, minibatch, train
 from graphattn.config import load_config
@@ -98,11 +99,12 @@ def test_layerwise_inference_equals_the_full_batch_forward(name):
 
 
 @NEEDS_SAMPLER
-@pytest.mark.parametrize("name", ["softmax", "bam-wc", "bam-lf", "entmax15"])
+@pytest.mark.parametrize("name", attention.available())
 def test_neighbor_training_learns_with_every_normalizer(name, tmp_path):
     cfg = load_config("Cora", name, ["loader.kind=neighbor", "loader.batch_size=32", "loader.num_neighbors=[5,5]",
                                      "seeds=1", "train.max_epochs=15", "train.patience=15", f"out_dir={tmp_path}",
-                                     "kl.weight=0.1", "train.sparse_features=false", "optim.lr=0.01"])
+                                     "kl.weight=0.1", "train.sparse_features=false", "optim.lr=0.01",
+                                     "model.dropout=0.2", "model.value_dropout=0"])  # 0.6 stalls sparsemax on 120 nodes
     results = train.run(cfg, progress=False, data=fake_graph())
     history = [json.loads(line) for line in (tmp_path / "seed0" / "metrics.jsonl").read_text().splitlines()]
     assert len(history) == 15
@@ -116,8 +118,6 @@ def test_neighbor_training_learns_with_every_normalizer(name, tmp_path):
 def test_a_batch_of_every_node_has_the_full_batch_loss_and_kl():
     """With every node a seed and full neighbourhoods, the sampled subgraph is the whole graph (relabelled):
     the mini-batch step's BAM KL (each layer's mean over the edges it attends over) is the full-batch step's."""
-    from common import attention
-
     data = fake_graph()
     data.train_mask[:] = True
     batch = next(iter(minibatch.train_loader(data, [-1, -1], data.num_nodes, DistEnv(), seed=0)))
