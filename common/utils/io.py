@@ -1,25 +1,36 @@
 """Atomic file writes: write a temporary file in the target directory, then ``os.replace``.
 
 A reader (or a resumed run) never sees a half-written checkpoint or results file, even if
-the writer is killed midway.
+the writer is killed midway. Files get the mode of any new file under the umask (0644 under
+umask 022), not ``mkstemp``'s 0600.
 """
 from __future__ import annotations
 
 import json
 import os
-import tempfile
+import secrets
 from pathlib import Path
-from typing import Any, Callable, Union
+from typing import Any, Callable, Tuple, Union
 
 import torch
 
 PathLike = Union[str, os.PathLike]
 
 
+def _temporary(path: Path) -> Tuple[int, str]:
+    """A new hidden file beside ``path``, opened for writing with mode 0666 less the umask."""
+    while True:
+        tmp = str(path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp"))
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666), tmp
+        except FileExistsError:  # a name drawn twice: draw another
+            continue
+
+
 def _atomic(path: PathLike, write: Callable[[Any], None], mode: str) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = _temporary(path)
     try:
         with os.fdopen(fd, mode) as f:
             write(f)

@@ -1,11 +1,13 @@
 """common.utils and common.metrics as graphattn uses them (candidates to move to tests/common)."""
 import json
+import os
+import stat
 
 import pytest
 import torch
 
 from common.metrics import expected_calibration_error, pavpu_entropy, pavpu_ttest, ttest_uncertain
-from common.utils import atomic_save, atomic_write_json, results_record, seed_everything
+from common.utils import atomic_save, atomic_save_figure, atomic_write_json, results_record, seed_everything
 
 
 def test_atomic_writes_replace_and_leave_no_temporary_files(tmp_path):
@@ -24,6 +26,41 @@ def test_failed_write_keeps_the_old_file(tmp_path):
         atomic_write_json(path, {"a": object()})
     assert json.loads(path.read_text()) == {"a": 1}
     assert [p.name for p in tmp_path.iterdir()] == ["results.json"]
+
+
+@pytest.fixture
+def umask():
+    """``umask(value)`` sets the process umask for the test; the old one is restored afterwards."""
+    before = os.umask(0o022)
+    yield os.umask
+    os.umask(before)
+
+
+def test_atomic_writes_get_the_umask_mode_like_any_new_file(tmp_path, umask):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def modes(directory):
+        atomic_write_json(directory / "results.json", {"a": 1})
+        atomic_save({"w": torch.ones(2)}, directory / "ckpt.pt")
+        atomic_save_figure(plt.figure(figsize=(1, 1)), directory / "curves.png")
+        with open(directory / "metrics.jsonl", "w"):  # what a plain open gives, as MetricsLogger writes
+            pass
+        return {p.name: stat.S_IMODE(p.stat().st_mode) for p in directory.iterdir()}
+
+    umask(0o022)
+    assert modes(tmp_path / "shared") == dict.fromkeys(["results.json", "ckpt.pt", "curves.png", "metrics.jsonl"],
+                                                       0o644)
+    umask(0o077)
+    assert set(modes(tmp_path / "private").values()) == {0o600}
+
+
+def test_a_write_that_fails_midway_leaves_no_temporary_file(tmp_path):
+    atomic_save({"w": torch.ones(2)}, tmp_path / "ckpt.pt")
+    with pytest.raises(Exception):
+        atomic_save({"f": lambda: None}, tmp_path / "ckpt.pt")  # a lambda does not pickle
+    assert [p.name for p in tmp_path.iterdir()] == ["ckpt.pt"] and torch.load(tmp_path / "ckpt.pt")["w"].sum() == 2
 
 
 def test_results_record_has_config_versions_and_commit_field():
