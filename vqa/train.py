@@ -130,23 +130,25 @@ def default_out_dir(cfg: DictConfig) -> Path:
     return Path(cfg.out_dir) if cfg.out_dir else Path("runs") / "vqa" / "mcan" / cfg.attention.name
 
 
-def prepare_run(cfg: DictConfig, out_dir: Path, train_questions: Sequence[dict], env: DistEnv
-                ) -> Tuple[Vocabulary, AnswerVocab]:
-    """The question vocabulary and answers of the run: built and saved in ``out_dir`` (with
-    ``config.json``) on a fresh run, reloaded on resumption so that ids never change."""
-    config = to_dict(cfg)
-    config_path, vocab_path, answers_path = out_dir / "config.json", out_dir / "question_vocab.json", out_dir / "answers.json"
+def prepare_run(cfg: DictConfig, out_dir: Path, train_questions: Sequence[dict]) -> Tuple[Vocabulary, AnswerVocab]:
+    """The question vocabulary and answers of the run: built on a fresh run (:func:`save_run` writes
+    them), reloaded from ``out_dir`` on resumption so that ids never change."""
+    config_path = out_dir / "config.json"
     if config_path.exists():
         saved = json.loads(config_path.read_text(encoding="utf-8"))
-        check_resumable(saved, config, RESUMABLE_KEYS, out_dir)
-        return Vocabulary.load(vocab_path), AnswerVocab.load(answers_path)
-    vocab = build_question_vocab(train_questions, cfg.data.min_word_count)
+        check_resumable(saved, to_dict(cfg), RESUMABLE_KEYS, out_dir)
+        return Vocabulary.load(out_dir / "question_vocab.json"), AnswerVocab.load(out_dir / "answers.json")
     answers = AnswerVocab.load(data_path(cfg, cfg.data.answers))
-    if env.is_main:
-        vocab.save(vocab_path)
-        answers.save(answers_path)
-        atomic_write_json(config_path, config)
-    return vocab, answers
+    return build_question_vocab(train_questions, cfg.data.min_word_count), answers
+
+
+def save_run(cfg: DictConfig, out_dir: Path, vocab: Vocabulary, answers: AnswerVocab) -> None:
+    """``config.json``, ``question_vocab.json`` and ``answers.json`` of a fresh run, written once
+    everything that can fail before training has passed (a failed start leaves no run folder)."""
+    if not (out_dir / "config.json").exists():
+        vocab.save(out_dir / "question_vocab.json")
+        answers.save(out_dir / "answers.json")
+        atomic_write_json(out_dir / "config.json", to_dict(cfg))
 
 
 def word_vectors(cfg: DictConfig, vocab: Vocabulary, env: DistEnv) -> torch.Tensor:
@@ -212,17 +214,21 @@ def train_epoch(ddp_model, loader: DataLoader, optimizer, scheduler, schedule: a
 
 def run(cfg: DictConfig, progress: bool = True) -> Dict:
     """Train (or resume) the run described by ``cfg``; returns the results record."""
+    from common.utils.updates import full_batches
+
     runtime = Runtime.create(cfg.device, cfg.train.precision, cfg.train.compile, threads=cfg.train.num_threads,
                              distributed=True)
     env = runtime.env
     seed_everything(cfg.seed + env.rank, deterministic=cfg.train.deterministic)
     out_dir = default_out_dir(cfg)
-    out_dir.mkdir(parents=True, exist_ok=True)
 
     train_parts = [load_split(cfg, name) for name in cfg.data.train_splits]
     if any(annotations is None for _, annotations, _ in train_parts):
         raise VQADataError(f"data.train_splits {list(cfg.data.train_splits)} includes a split without annotations")
-    vocab, answers = prepare_run(cfg, out_dir, [q for qs, _, _ in train_parts for q in qs], env)
+    # MCAN drops each process's last partial batch (drop_last below)
+    full_batches(sum(len(qs) for qs, _, _ in train_parts), cfg.train.batch_size,
+                 f"training questions of data.train_splits {list(cfg.data.train_splits)}", env.world_size)
+    vocab, answers = prepare_run(cfg, out_dir, [q for qs, _, _ in train_parts for q in qs])
     encode = QuestionEncoder(vocab, cfg.data.max_question_len)
     question_len = cfg.data.max_question_len if runtime.fixed_shapes else None  # one shape: one CUDA graph
     train_set = torch.utils.data.ConcatDataset([
@@ -261,6 +267,8 @@ def run(cfg: DictConfig, progress: bool = True) -> Dict:
     # run on N processes with batch B sees the global batches of one process with batch N * B.
     sampler = shard_sampler(train_set, env, shuffle=True, seed=cfg.seed) or DistributedSampler(
         train_set, num_replicas=1, rank=0, shuffle=True, seed=cfg.seed)
+    if env.is_main:
+        save_run(cfg, out_dir, vocab, answers)
     logger = MetricsLogger(out_dir, enabled=env.is_main)
     start, trained_questions, train_seconds = time.perf_counter(), 0, 0.0
     predictions: Dict[int, str] = {}

@@ -102,12 +102,33 @@ def test_resuming_with_another_config_is_refused(vqa_fixture, tmp_path, capsys):
     assert code == 2 and "holds a run with a different config" in capsys.readouterr().err
 
 
-def test_missing_data_is_a_clear_error(tmp_path, capsys):
+def test_missing_data_is_a_clear_error_and_leaves_no_run_folder(tmp_path, capsys):
     code = vqa_train.main(["--data-root", str(tmp_path), "--out", str(tmp_path / "run"), "--epochs", "1"])
     err = capsys.readouterr().err
     assert code == 2 and "v2_OpenEnded_mscoco_train2014_questions.json does not exist" in err
+    assert not (tmp_path / "run").exists()
     assert vqa_train.main(["--data-root", str(tmp_path), "model.hiden=3"]) == 2
     assert "model.hiden" in capsys.readouterr().err
+
+
+def test_a_batch_larger_than_the_data_is_an_error_not_a_run_that_trains_nothing(vqa_fixture, tmp_path, capsys):
+    out = tmp_path / "run"
+    args = ["--data-root", str(vqa_fixture.root), "--out", str(out), "--epochs", "1", "--no-progress", *SMALL]
+    assert vqa_train.main([*args, "train.batch_size=64"]) == 2  # 50 training questions, last partial batch dropped
+    assert capsys.readouterr().err == (
+        "error: an epoch would make no update: train.batch_size=64 exceeds the 50 training questions of "
+        "data.train_splits ['train'] and the last partial batch is dropped; set train.batch_size=50 or less\n")
+    assert not out.exists()
+    assert vqa_train.main([*args, "train.batch_size=50"]) == 0
+    assert json.loads((out / "results.json").read_text())["epochs"][0]["train_bce_per_question"] > 0
+
+
+def test_a_failed_start_writes_no_run_files_that_would_block_the_fixed_rerun(vqa_fixture, tmp_path, capsys):
+    out = tmp_path / "run"
+    args = ["--data-root", str(vqa_fixture.root), "--out", str(out), "--epochs", "1", "--no-progress", *SMALL]
+    assert vqa_train.main([*args, f"data.glove={tmp_path / 'glove.txt'}"]) == 2
+    assert "glove.txt does not exist" in capsys.readouterr().err and not out.exists()
+    assert vqa_train.main(args) == 0  # another data.glove: not refused as a different run
 
 
 def test_glove_vectors_reach_the_run(vqa_fixture, tmp_path, capsys):
