@@ -115,6 +115,11 @@ def soft_score(count: int) -> float:
     return MCAN_SCORES[min(count, 4)]
 
 
+#: Where a missing answer vocabulary comes from.
+ANSWERS_FIX = ("use MCAN's core/data/answer_dict.json or LXMERT's data/vqa/trainval_ans2label.json "
+               "(under <data-root>/vqa/)")
+
+
 class AnswerVocab:
     """The classifier's answer space: answer string <-> class index.
 
@@ -143,8 +148,7 @@ class AnswerVocab:
         """MCAN ``answer_dict.json``, LXMERT ``trainval_ans2label.json`` or ``trainval_label2ans.json``."""
         path = Path(path)
         if not path.is_file():
-            raise FileNotFoundError(f"answer vocabulary {path} does not exist; use MCAN's core/data/answer_dict.json "
-                                    f"or LXMERT's data/vqa/trainval_ans2label.json (under <data-root>/vqa/)")
+            raise FileNotFoundError(f"answer vocabulary {path} does not exist; {ANSWERS_FIX}")
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as err:

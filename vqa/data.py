@@ -42,11 +42,16 @@ class VQADataError(ValueError):
     """A VQA file is missing or malformed; the message names the file, the field and the fix."""
 
 
+#: Where a missing input of a split comes from.
+VQA_FILES_FIX = ("download the official VQA v2 files from https://visualqa.org/download.html into <data-root>/vqa/ "
+                 "(or set the path in the config)")
+FEATURES_FIX = "convert bottom-up features with scripts/convert_features.py or set the path"
+
+
 def _read_json(path: PathLike, what: str, key: str) -> List[dict]:
     path = Path(path)
     if not path.is_file():
-        raise VQADataError(f"{what} file {path} does not exist; download the official VQA v2 files from "
-                           f"https://visualqa.org/download.html into <data-root>/vqa/ (or set the path in the config)")
+        raise VQADataError(f"{what} file {path} does not exist; {VQA_FILES_FIX}")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
@@ -230,6 +235,15 @@ def data_path(cfg: DictConfig, path: Optional[str]) -> Optional[Path]:
     return path if path.is_absolute() else default_data_root(cfg.data_root) / path
 
 
+def split_inputs(cfg: DictConfig, name: str) -> List[Tuple[str, Optional[Path], str]]:
+    """``(config key, path, fix)`` of each file of split ``name`` (for :func:`common.utils.paths.check_inputs`);
+    none for a split the config does not define (:func:`load_split` reports it)."""
+    if name not in cfg.data.splits:
+        return []
+    return [(f"data.splits.{name}.{field}", data_path(cfg, cfg.data.splits[name][field]), fix)
+            for field, fix in (("questions", VQA_FILES_FIX), ("annotations", VQA_FILES_FIX), ("features", FEATURES_FIX))]
+
+
 def load_split(cfg: DictConfig, name: str) -> Tuple[List[dict], Optional[List[dict]], RegionFeatureStore]:
     """Questions, annotations (None for test splits) and region features of split ``name``."""
     if name not in cfg.data.splits:
@@ -239,6 +253,6 @@ def load_split(cfg: DictConfig, name: str) -> Tuple[List[dict], Optional[List[di
     annotations = load_annotations(data_path(cfg, split.annotations)) if split.annotations else None
     features_path = data_path(cfg, split.features)
     if not features_path.is_file():
-        raise VQADataError(f"region features {features_path} (data.splits.{name}.features) do not exist; convert "
-                           f"bottom-up features with scripts/convert_features.py or set the path")
+        raise VQADataError(f"region features {features_path} (data.splits.{name}.features) do not exist; "
+                           f"{FEATURES_FIX}")
     return questions, annotations, RegionFeatureStore(features_path)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Optional
+from typing import Dict, Iterable, List, Optional, Tuple
 
 DATA_ROOT_ENV = "ATTN_DATA_ROOT"
 CACHE_ENV = "ATTN_CACHE_DIR"
@@ -39,3 +39,21 @@ def default_data_root(explicit: Optional[str] = None) -> Path:
                             "(nothing was created); point it at the directory holding planetoid/, mt/, coco/ or "
                             "vqa/, or create it first for downloads to go there")
     return root
+
+
+class MissingInputsError(ValueError):
+    """Files a run needs that do not exist; the message names each one, its config key and the fix."""
+
+
+def check_inputs(inputs: Iterable[Tuple[str, Optional[Path], str]]) -> None:
+    """Raise :class:`MissingInputsError` naming every ``(key, path, fix)`` whose ``path`` does not exist,
+    in one line (``<path> (<key>) does not exist: <fix>``, inputs with the same fix together), so that
+    a user fetches everything at once. An input whose path is None is not needed."""
+    missing: Dict[str, List[str]] = {}
+    for key, path, fix in inputs:
+        if path is not None and not Path(path).exists():
+            missing.setdefault(fix, []).append(f"{path} ({key})")
+    if missing:
+        raise MissingInputsError("; ".join(
+            f"{names[0]} does not exist: {fix}" if len(names) == 1 else f"{', '.join(names)} do not exist: {fix}"
+            for fix, names in missing.items()))

@@ -2,6 +2,7 @@
 import pytest
 
 from common.utils import DataRootError, default_data_root
+from common.utils.paths import MissingInputsError, check_inputs
 
 
 def test_a_named_data_root_that_does_not_exist_is_an_error_and_is_not_created(tmp_path, monkeypatch):
@@ -15,6 +16,21 @@ def test_a_named_data_root_that_does_not_exist_is_an_error_and_is_not_created(tm
     with pytest.raises(DataRootError, match="not a directory"):
         default_data_root(str(tmp_path / "file"))
     assert not missing.exists()
+
+
+def test_check_inputs_names_every_missing_input_with_its_key_and_fix_in_one_line(tmp_path):
+    (tmp_path / "vocab.txt").write_text("")
+    inputs = [("data.vocab", tmp_path / "vocab.txt", "get BERT's"),
+              ("data.questions", tmp_path / "q.json", "download VQA v2"),
+              ("model.pretrained", tmp_path / "weights" / "config.json", "huggingface-cli download"),
+              ("data.annotations", tmp_path / "a.json", "download VQA v2"),
+              ("model.answer_table", None, "not needed")]
+    with pytest.raises(MissingInputsError) as err:
+        check_inputs(inputs)
+    assert str(err.value) == (f"{tmp_path / 'q.json'} (data.questions), {tmp_path / 'a.json'} (data.annotations) do "
+                              f"not exist: download VQA v2; {tmp_path / 'weights' / 'config.json'} (model.pretrained) "
+                              f"does not exist: huggingface-cli download")
+    check_inputs(inputs[:1] + inputs[-1:])  # all there: nothing raised
 
 
 def test_existing_roots_and_the_cache_default(tmp_path, monkeypatch):

@@ -38,12 +38,16 @@ def convert_answer(answer: str) -> str:
     return ANS_CONVERT.get(answer, answer)
 
 
+#: Where a missing pre-training answer table comes from.
+ANSWER_TABLE_FIX = ("it is airsplay/lxmert's data/lxmert/all_ans.json (in this workspace: "
+                    "<data-root>/vqa/lxmert/all_ans.json.gz)")
+
+
 def load_answer_table(path: Union[str, Path]) -> List[str]:
     """The pre-training answers in label order, from ``all_ans.json`` (gzipped or not)."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"pre-training answer table {path} does not exist; it is airsplay/lxmert's "
-                                f"data/lxmert/all_ans.json (in this workspace: <data-root>/vqa/lxmert/all_ans.json.gz)")
+        raise FileNotFoundError(f"pre-training answer table {path} does not exist; {ANSWER_TABLE_FIX}")
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt", encoding="utf-8") as f:
         entries = json.load(f)

@@ -13,11 +13,14 @@ from transformers import BertTokenizer
 from vqa.data import VQADataError
 
 
+#: Where a missing word-piece vocabulary comes from.
+VOCAB_FIX = "it must be bert-base-uncased's vocab.txt (in this workspace: <data-root>/text/bert-base-uncased/vocab.txt)"
+
+
 def bert_encoder(vocab_file: Path, max_words: int) -> Callable[[str], List[int]]:
     """``question -> [CLS] word pieces [SEP]`` ids, at most ``max_words`` of them (LXMERT: 20)."""
     if not Path(vocab_file).is_file():
-        raise VQADataError(f"BERT vocabulary {vocab_file} (data.vocab) does not exist; it must be bert-base-uncased's "
-                           f"vocab.txt (in this workspace: <data-root>/text/bert-base-uncased/vocab.txt)")
+        raise VQADataError(f"BERT vocabulary {vocab_file} (data.vocab) does not exist; {VOCAB_FIX}")
     # transformers 4 names the argument vocab_file, transformers 5 vocab
     argument = "vocab_file" if "vocab_file" in inspect.signature(BertTokenizer.__init__).parameters else "vocab"
     tokenizer = BertTokenizer(**{argument: str(vocab_file)})

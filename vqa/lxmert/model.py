@@ -28,6 +28,9 @@ PRETRAINING_HEADS = ("cls.", "obj_predict_head.")
 DOWNLOAD_HINT = ("download a Hugging Face LXMERT checkpoint into it, e.g. "
                  "`huggingface-cli download unc-nlp/lxmert-base-uncased --local-dir <dir>`")
 
+#: What a missing pretrained directory needs.
+PRETRAINED_FIX = f"model.pretrained must be a local directory in the Hugging Face format; {DOWNLOAD_HINT}"
+
 
 class PretrainedError(ValueError):
     """A pretrained directory that is missing or cannot be used."""
@@ -60,8 +63,7 @@ def load_vqa_model(pretrained: Union[str, Path], num_answers: int,
     """Load ``pretrained`` (a local Hugging Face directory), resize the answer head, adapt the attention."""
     path = Path(pretrained)
     if not (path / "config.json").is_file():
-        raise PretrainedError(f"{path / 'config.json'} does not exist: model.pretrained must be a local "
-                              f"directory in the Hugging Face format; {DOWNLOAD_HINT}")
+        raise PretrainedError(f"{path / 'config.json'} does not exist: {PRETRAINED_FIX}")
     verbosity = transformers.logging.get_verbosity()
     transformers.logging.set_verbosity_error()  # we check and report the loading below
     try:

@@ -102,6 +102,30 @@ def kl_schedule(cfg: DictConfig) -> attention.KLSchedule:
                                 rate=cfg.kl.rate, offset=cfg.kl.offset)
 
 
+def check_run_inputs(cfg: DictConfig, resuming: bool) -> None:
+    """One error naming every input file of the run that is missing (answers, word pieces, the splits'
+    questions, annotations and features, pretrained weights, answer table), each with its fix.
+    A resumed run takes the answers and every weight from its own directory."""
+    from common.utils.paths import check_inputs
+    from vqa.answers import ANSWERS_FIX
+    from vqa.data import split_inputs
+
+    from .answer_head import ANSWER_TABLE_FIX
+    from .data import VOCAB_FIX
+    from .model import PRETRAINED_FIX
+
+    pretrained = not resuming and cfg.model.random_init is None
+    splits = dict.fromkeys([*cfg.data.train_splits, *([cfg.data.eval_split] if cfg.data.eval_split else [])])
+    check_inputs([
+        ("data.answers", None if resuming else data_path(cfg, cfg.data.answers), ANSWERS_FIX),
+        ("data.vocab", data_path(cfg, cfg.data.vocab), VOCAB_FIX),
+        *(entry for name in splits for entry in split_inputs(cfg, name)),
+        ("model.pretrained", data_path(cfg, cfg.model.pretrained) / "config.json" if pretrained else None,
+         PRETRAINED_FIX),
+        ("model.answer_table", data_path(cfg, cfg.model.answer_table) if pretrained else None, ANSWER_TABLE_FIX),
+    ])
+
+
 def prepare_model(cfg: DictConfig, out_dir: Path, answers: AnswerVocab, resuming: bool):
     """The adapted model and its load report (None when resuming or randomly initialised)."""
     adaptation = adaptation_of(cfg)
@@ -157,6 +181,8 @@ def _batches(size: int, batch_size: int, seed: int, epoch: int) -> List[List[int
 
 def run(cfg: DictConfig, progress: bool = True) -> Dict:
     """Train (or resume) the run described by ``cfg``; returns its results record."""
+    from common.utils.updates import full_batches
+
     runtime = Runtime.create(cfg.device, cfg.train.precision, cfg.train.compile, threads=cfg.train.num_threads)
     device = runtime.device
     seed_everything(cfg.seed, deterministic=cfg.train.deterministic)
@@ -167,9 +193,8 @@ def run(cfg: DictConfig, progress: bool = True) -> Dict:
     if resuming:
         saved = json.loads((out_dir / "config.json").read_text())
         check_resumable(saved, config, RESUMABLE_KEYS, out_dir)
-        answers = AnswerVocab.load(out_dir / "answers.json")
-    else:
-        answers = AnswerVocab.load(data_path(cfg, cfg.data.answers))
+    check_run_inputs(cfg, resuming)
+    answers = AnswerVocab.load(out_dir / "answers.json" if resuming else data_path(cfg, cfg.data.answers))
     adaptation = adaptation_of(cfg)
     encode = bert_encoder(data_path(cfg, cfg.data.vocab), cfg.data.max_words)
     train_parts = [load_split(cfg, name) for name in cfg.data.train_splits]
@@ -178,6 +203,8 @@ def run(cfg: DictConfig, progress: bool = True) -> Dict:
     train_set = torch.utils.data.ConcatDataset([
         VQADataset(qs, anns, store, answers, encode, pad_id=0, max_regions=cfg.data.max_regions)
         for qs, anns, store in train_parts])
+    steps_per_epoch = full_batches(len(train_set), cfg.train.batch_size,
+                                   f"training questions of data.train_splits {list(cfg.data.train_splits)}")
     collate = train_set.datasets[0].collate
     eval_loader = eval_annotations = None
     if cfg.data.eval_split:
@@ -193,9 +220,6 @@ def run(cfg: DictConfig, progress: bool = True) -> Dict:
     model, report = prepare_model(cfg, out_dir, answers, resuming)
     model.to(device)
     forward = runtime.compile(model)
-    steps_per_epoch = len(train_set) // cfg.train.batch_size
-    if steps_per_epoch == 0:
-        raise ValueError(f"train.batch_size={cfg.train.batch_size} exceeds the {len(train_set)} training questions")
     schedule_steps = steps_per_epoch * cfg.train.epochs  # AdamW's linear decay spans every epoch
     total_steps = min(schedule_steps, cfg.train.max_steps) if cfg.train.max_steps else schedule_steps
     optimizer, scheduler = build_optimizer(model, cfg.optim, schedule_steps)

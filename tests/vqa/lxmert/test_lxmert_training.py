@@ -144,7 +144,28 @@ def test_missing_pretrained_directory_is_a_clear_cli_error(vqa_root, tmp_path, c
             "data.answers=vqa/mcan/answer_dict.json", "data.vocab=vocab.txt", "--pretrained", str(tmp_path / "none")]
     assert lxmert_train.main(args) == 2
     err = capsys.readouterr().err
-    assert "none/config.json does not exist" in err and "huggingface-cli download" in err
+    assert "none/config.json (model.pretrained) does not exist" in err and "huggingface-cli download" in err
+
+
+def test_without_data_one_line_names_every_missing_input_the_weights_and_questions_too(tmp_path, capsys):
+    assert lxmert_train.main(["--data-root", str(tmp_path), "--out", str(tmp_path / "run"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and not (tmp_path / "run").exists()
+    for key in ("data.answers", "data.vocab", "data.splits.train.questions", "data.splits.train.annotations",
+                "data.splits.train.features", "data.splits.val.questions", "model.pretrained", "model.answer_table"):
+        assert f" ({key})" in err
+    assert f"{tmp_path}/vqa/lxmert/lxmert-base-uncased/config.json (model.pretrained) does not exist" in err
+    assert f"{tmp_path}/vqa/v2_OpenEnded_mscoco_train2014_questions.json (data.splits.train.questions)" in err
+    assert "huggingface-cli download" in err and "https://visualqa.org/download.html" in err
+
+
+def test_a_batch_larger_than_the_data_is_an_error_before_anything_is_written(vqa_root, tmp_path, capsys):
+    root, _, _ = vqa_root
+    assert lxmert_train.main(_train_args(root, tmp_path / "run", "train.batch_size=33")) == 2
+    assert capsys.readouterr().err == (
+        "error: an epoch would make no update: train.batch_size=33 exceeds the 32 training questions of "
+        "data.train_splits ['train'] and the last partial batch is dropped; set train.batch_size=32 or less\n")
+    assert not (tmp_path / "run").exists()
 
 
 def test_unknown_variant_lists_the_known_ones():
