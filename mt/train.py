@@ -148,6 +148,8 @@ class Trainer:
     """State of one run: data, model, optimiser, schedule, checkpoints and metrics."""
 
     def __init__(self, cfg: DictConfig, out_dir: Path, data_root: Path, runtime: Optional[Runtime] = None):
+        from common.utils.updates import check_updates
+
         self.cfg, self.out_dir = cfg, out_dir
         self.runtime = runtime = runtime or Runtime(torch.device("cpu"))
         self.env = runtime.env
@@ -160,6 +162,10 @@ class Trainer:
             barrier(self.env)
         self.src_pad, self.tgt_pad = self.prepared.src_vocab.pad, self.prepared.tgt_vocab.pad
         self.train_data = load_split(self.prepared, cfg.data.train_split, cfg.data.max_len)
+        # every pair lands in a batch (token_batches refuses a pair over the budget): no pair, no update
+        within = f" with both sides within data.max_len={cfg.data.max_len} BPE units" if cfg.data.max_len else ""
+        check_updates(len(self.train_data), f"data.train_split {cfg.data.train_split!r} has no pair{within}",
+                      "raise data.max_len (null keeps every pair)" if within else "prepare a dataset with training pairs")
         self.valid_data = load_split(self.prepared, cfg.data.valid_split)
         if self.env.is_main:
             self._write_run_files()

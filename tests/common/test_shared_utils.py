@@ -109,3 +109,14 @@ def test_expected_calibration_error():
     targets = torch.tensor([0, 1, 0, 0])
     # Bin 0.9: accuracy 0.5, confidence 0.9; bin 0.6: accuracy 1.0, confidence 0.6.
     assert expected_calibration_error(probs, targets) == pytest.approx(0.5 * 0.4 + 0.5 * 0.4)
+
+
+def test_full_batches_counts_each_process_share_and_refuses_an_epoch_without_update():
+    from common.utils.updates import full_batches
+
+    assert full_batches(50, 10, "questions") == 5 and full_batches(29, 5, "questions", processes=2) == 3
+    with pytest.raises(ValueError, match=r"^an epoch would make no update: train.batch_size=8 exceeds the 7 "
+                                         r"questions per process .*; set train.batch_size=7 or less$"):
+        full_batches(13, 8, "questions", processes=2)
+    with pytest.raises(ValueError, match="^an epoch would make no update: there are no questions; "):
+        full_batches(0, 8, "questions")

@@ -81,3 +81,14 @@ def test_cli_errors_are_clear(tmp_path, capsys):
         train.load_config("nope")
     assert evaluate.main([str(tmp_path)]) == 2
     assert "not a run directory" in capsys.readouterr().err
+
+
+def test_training_data_that_leaves_no_pair_is_an_error_not_a_run_that_trains_nothing(tiny_root, tmp_path, capsys):
+    out = tmp_path / "run"
+    args = ["--preset", "lstm-cpu", "--out", str(out), "--data-root", str(tiny_root),
+            f"prepared_dir={tmp_path / 'prep'}", "train.max_steps=2", *TINY, "data.max_len=2"]
+    assert train.main(args) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (  # after the preparation's own lines
+        "error: an epoch would make no update: data.train_split 'train' has no pair with both sides within "
+        "data.max_len=2 BPE units; raise data.max_len (null keeps every pair)")
+    assert not out.exists()
