@@ -17,8 +17,11 @@ Experiments (BAM paper, Table 1)::
 Settings live in ``graphattn/configs/*.yaml`` (any key can be overridden as ``key=value``);
 the BAM hyperparameters and how they were chosen are documented in ``configs/cora.yaml``.
 """
-from .conv import GATConv, sparse_linear
-from .dropout import Dropout, SparseDropout
-from .models import GAT
+from common.lazy import lazy_exports
 
-__all__ = ["GAT", "GATConv", "Dropout", "SparseDropout", "sparse_linear"]
+#: Public names and their submodules, imported on first use (``python -m graphattn.train --help``
+#: answers before torch_geometric is loaded).
+_EXPORTS = {"GAT": "models", "GATConv": "conv", "sparse_linear": "conv", "Dropout": "dropout",
+            "SparseDropout": "dropout"}
+__all__ = list(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -13,15 +13,25 @@ from omegaconf import DictConfig, OmegaConf
 
 from common.utils.config import Rule, at_least, layer_configs, load_user_config, packaged_config, parse_overrides, to_dict
 
-from .data import canonical_name
-from .models import KL_REDUCTIONS
+__all__ = ["DATASETS", "KL_REDUCTIONS", "RULES", "canonical_name", "load_config", "to_dict"]
 
-__all__ = ["RULES", "load_config", "to_dict"]
+#: The Planetoid datasets, by lower-case name.
+DATASETS = {"cora": "Cora", "citeseer": "CiteSeer", "pubmed": "PubMed"}
+#: How :meth:`graphattn.GAT.kl` combines the layers' KL terms.
+KL_REDUCTIONS = ("layer_sum", "head_mean")
 
 #: Ranges and choices of the GAT keys (beyond :data:`common.utils.config.RULES`).
 RULES = {"model.hidden_channels": at_least(1), "model.out_heads": at_least(1), "model.negative_slope": at_least(0),
          "kl.reduction": Rule(choices=KL_REDUCTIONS), "loader.kind": Rule(choices=("full", "neighbor")),
          "loader.batch_size": at_least(1), "loader.eval_batch_size": at_least(1), "loader.num_workers": at_least(0)}
+
+
+def canonical_name(name: str) -> str:
+    """``"cora"`` / ``"Cora"`` -> ``"Cora"``; unknown names raise with the choices."""
+    try:
+        return DATASETS[name.lower()]
+    except KeyError:
+        raise ValueError(f"unknown Planetoid dataset {name!r}; choose one of {sorted(DATASETS.values())}") from None
 
 
 def load_config(

@@ -21,7 +21,8 @@ from torch_geometric.transforms import NormalizeFeatures
 
 from common.utils import cache_dir, default_data_root
 
-DATASETS = {"cora": "Cora", "citeseer": "CiteSeer", "pubmed": "PubMed"}
+from .config import canonical_name
+
 RAW_SUFFIXES = ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index")
 SOURCE_URL = "https://github.com/kimiyoung/planetoid/raw/master/data"
 
@@ -56,14 +57,6 @@ RAW_CHECKSUMS = {
 
 class PlanetoidDataError(FileNotFoundError):
     """A Planetoid raw file is missing or corrupt; the message says which and how to fix it."""
-
-
-def canonical_name(name: str) -> str:
-    """``"cora"`` / ``"Cora"`` -> ``"Cora"``; unknown names raise with the choices."""
-    try:
-        return DATASETS[name.lower()]
-    except KeyError:
-        raise ValueError(f"unknown Planetoid dataset {name!r}; choose one of {sorted(DATASETS.values())}") from None
 
 
 def raw_file_names(name: str) -> list[str]:

@@ -11,11 +11,9 @@ from torch_geometric.typing import Adj
 from common.attention import AuxLosses
 from common.utils.distributed import DistEnv
 
+from .config import KL_REDUCTIONS
 from .conv import GATConv
 from .dropout import Dropout, SparseDropout
-
-#: How :meth:`GAT.kl` combines the layers' KL terms.
-KL_REDUCTIONS = ("layer_sum", "head_mean")
 
 
 class GAT(nn.Module):

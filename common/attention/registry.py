@@ -3,20 +3,33 @@
 Variants are chosen by one string in configs and command lines (``softmax``,
 ``bam-wc``, ``entmax`` ...). Each factory accepts the host-layer context options
 ``num_heads`` and ``key_dim`` plus its own options; unknown options raise.
+
+The built-in variants are registered by name and import their module on first :func:`build`,
+so that :func:`available` (a CLI checking ``attention.name``) imports no torch.
 """
 from __future__ import annotations
 
-from typing import Callable, Dict
+from functools import partial
+from importlib import import_module
+from typing import Callable, Dict, Tuple, Union
 
-from torch import nn
+#: name -> a factory, or ``(module, attribute, keyword arguments)`` of a built-in one, imported on first use
+_REGISTRY: Dict[str, Union[Callable, Tuple[str, str, dict]]] = {
+    "softmax": ("common.attention.softmax", "Softmax", {}),
+    "bam-wf": ("common.attention.bam", "BAM", {"posterior": "weibull", "prior": "fixed"}),
+    "bam-wc": ("common.attention.bam", "BAM", {"posterior": "weibull", "prior": "contextual"}),
+    "bam-lf": ("common.attention.bam", "BAM", {"posterior": "lognormal", "prior": "fixed"}),
+    "bam-lc": ("common.attention.bam", "BAM", {"posterior": "lognormal", "prior": "contextual"}),
+    "entmax": ("common.attention.entmax", "Entmax", {}),
+    "entmax15": ("common.attention.entmax", "Entmax15", {}),
+    "sparsemax": ("common.attention.entmax", "Sparsemax", {}),
+}
 
-_REGISTRY: Dict[str, Callable[..., nn.Module]] = {}
 
+def register(name: str, factory: Callable | None = None):
+    """Register ``factory`` (returning an ``nn.Module``) under ``name``; usable as a decorator."""
 
-def register(name: str, factory: Callable[..., nn.Module] | None = None):
-    """Register ``factory`` under ``name``; usable as a decorator."""
-
-    def _add(f: Callable[..., nn.Module]):
+    def _add(f: Callable):
         if name in _REGISTRY:
             raise ValueError(f"attention variant {name!r} is already registered")
         _REGISTRY[name] = f
@@ -30,10 +43,18 @@ def available() -> list[str]:
     return sorted(_REGISTRY)
 
 
-def build(name: str, **options) -> nn.Module:
+def _factory(name: str) -> Callable:
+    entry = _REGISTRY[name]
+    if isinstance(entry, tuple):
+        module, attribute, options = entry
+        entry = _REGISTRY[name] = partial(getattr(import_module(module), attribute), **options)
+    return entry
+
+
+def build(name: str, **options):
     """Build the normalizer registered as ``name`` (e.g. ``build("bam-wc", key_dim=64)``)."""
     try:
-        factory = _REGISTRY[name]
+        factory = _factory(name)
     except KeyError:
         raise ValueError(
             f"unknown attention variant {name!r}; choose one of: {', '.join(available())}"

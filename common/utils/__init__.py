@@ -1,13 +1,12 @@
 """Shared utilities for the domain packages: seeding, checkpoints, atomic writes, paths,
-metrics logging and results records (``distributed`` is imported on demand)."""
-from .checkpoint import Checkpointer
-from .io import atomic_save, atomic_save_figure, atomic_write_json, atomic_write_text
-from .logger import MetricsLogger, read_metrics
-from .paths import DataRootError, cache_dir, default_data_root
-from .results import environment, git_commit, results_record
-from .seed import seed_everything
+metrics logging and results records (``distributed`` is imported on demand). Each name imports its
+submodule on first use (:mod:`common.lazy`)."""
+from common.lazy import lazy_exports
 
-__all__ = [
-    "Checkpointer", "DataRootError", "MetricsLogger", "atomic_save", "atomic_save_figure", "atomic_write_json", "atomic_write_text", "cache_dir",
-    "default_data_root", "environment", "git_commit", "read_metrics", "results_record", "seed_everything",
-]
+_EXPORTS = {"Checkpointer": "checkpoint", "atomic_save": "io", "atomic_save_figure": "io",
+            "atomic_write_json": "io", "atomic_write_text": "io", "MetricsLogger": "logger",
+            "read_metrics": "logger", "DataRootError": "paths", "cache_dir": "paths",
+            "default_data_root": "paths", "environment": "results", "git_commit": "results",
+            "results_record": "results", "seed_everything": "seed"}
+__all__ = list(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
