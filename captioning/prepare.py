@@ -40,13 +40,16 @@ class CaptionDataError(ValueError):
     """A captioning input file is missing or malformed (the message names the file and the fix)."""
 
 
+#: Where a missing Karpathy file comes from.
+KARPATHY_FIX = ("download Karpathy's caption_datasets.zip (https://cs.stanford.edu/people/karpathy/deepimagesent/) "
+                "and put dataset_coco.json there")
+
+
 def load_karpathy(path: Union[str, Path]) -> list[dict]:
     """The validated ``images`` of a Karpathy ``dataset_*.json``."""
     path = Path(path)
     if not path.is_file():
-        raise CaptionDataError(f"{path} does not exist: download Karpathy's caption_datasets.zip "
-                               f"(https://cs.stanford.edu/people/karpathy/deepimagesent/) and put "
-                               f"dataset_coco.json there, or pass --dataset-json")
+        raise CaptionDataError(f"{path} does not exist: {KARPATHY_FIX}, or pass --dataset-json")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
@@ -122,6 +125,11 @@ def prepare(dataset_json: Union[str, Path], out_dir: Union[str, Path], min_count
     }
 
 
+def default_dataset_json(data_root: Optional[str] = None) -> Path:
+    """Karpathy's file that ``captioning.prepare`` reads by default: ``<data-root>/coco/dataset_coco.json``."""
+    return default_data_root(data_root) / "coco" / "dataset_coco.json"
+
+
 def default_prepared_dir(data_root: Optional[str] = None) -> Path:
     """Where ``captioning.prepare`` writes by default: the user cache, one directory per data root
     (``<cache>/captioning/prepared-<hash>``), never the data root itself."""
@@ -139,8 +147,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--max-length", type=int, default=16, help="truncate captions to this many words (default 16)")
     args = parser.parse_args(argv)
     try:
-        root = default_data_root(args.data_root) / "coco"
-        summary = prepare(args.dataset_json or root / "dataset_coco.json", args.out or default_prepared_dir(args.data_root),
+        summary = prepare(args.dataset_json or default_dataset_json(args.data_root),
+                          args.out or default_prepared_dir(args.data_root),
                           args.min_count, args.max_length)
     except (CaptionDataError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)

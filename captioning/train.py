@@ -100,10 +100,27 @@ def run(cfg: DictConfig, progress: bool = True, runtime: Optional[Runtime] = Non
         cleanup(env)
 
 
+def check_run_inputs(cfg: DictConfig) -> None:
+    """One error naming every missing input: the region features and, while the captions are not
+    prepared, Karpathy's file that ``captioning.prepare`` needs (not the file that it would write)."""
+    from common.utils.paths import check_inputs
+
+    from .prepare import KARPATHY_FIX, default_dataset_json
+
+    prepared = prepared_dir(cfg)
+    prepare = " ".join(["python -m captioning.prepare", *(["--data-root", cfg.data_root] if cfg.data_root else []),
+                        *(["--out", str(prepared)] if cfg.data.prepared else [])])
+    karpathy = None if (prepared / "captions.json").is_file() else default_dataset_json(cfg.data_root)
+    check_inputs([("read by captioning.prepare", karpathy, f"{KARPATHY_FIX}, then run `{prepare}`"),
+                  ("data.features", data_path(cfg, cfg.data.features),
+                   "create it with scripts/convert_features.py or scripts/extract_features.py")])
+
+
 def _train(cfg: DictConfig, progress: bool, runtime: Runtime) -> dict:
     env = runtime.env
     if "cider" not in cfg.eval.metrics:
         raise ValueError("eval.metrics must include cider: the best checkpoint is chosen by val CIDEr")
+    check_run_inputs(cfg)
     out_dir = run_dir(cfg)
     corpus = CaptionCorpus(prepared_dir(cfg))
     store = RegionFeatureStore(data_path(cfg, cfg.data.features))

@@ -99,6 +99,23 @@ def test_config_typos_are_errors(capsys, tmp_path):
     assert "no such directory (nothing was created)" in capsys.readouterr().err and not (tmp_path / "typo").exists()
 
 
+def test_without_data_the_missing_files_are_named_not_the_file_prepare_would_write(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("ATTN_CACHE_DIR", str(tmp_path / "cache"))
+    assert train.main(["--data-root", str(tmp_path), "--out", str(tmp_path / "run"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"error: {tmp_path}/coco/dataset_coco.json (read by captioning.prepare) does not exist: download "
+                   f"Karpathy's caption_datasets.zip (https://cs.stanford.edu/people/karpathy/deepimagesent/) and put "
+                   f"dataset_coco.json there, then run `python -m captioning.prepare --data-root {tmp_path}`; "
+                   f"{tmp_path}/coco/features/trainval_36.h5 (data.features) does not exist: create it with "
+                   f"scripts/convert_features.py or scripts/extract_features.py\n")
+    assert not (tmp_path / "run").exists()
+    # the advice works: with those files in place and prepared as told, nothing is missing
+    write_karpathy_fixture(tmp_path)
+    from captioning import prepare
+    assert prepare.main(["--data-root", str(tmp_path)]) == 0
+    train.check_run_inputs(load_config("softmax", [f"data_root={tmp_path}"]))
+
+
 def test_plot_without_prior_has_one_panel_per_word(tmp_path):
     import matplotlib.image as mpimg
 
