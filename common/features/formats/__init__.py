@@ -7,7 +7,8 @@ id, its place (file and line, or .npz file), its name if the source names images
 ``load()``, which decodes it into ``RegionFeatures`` (float32 features, pixel boxes, image
 size). Entries are not decoded until loaded, so a resumed conversion passes over the
 images already stored at little cost. Decoding errors name the file, the line (or .npz
-file) and the field.
+file) and the field. The TSV readers take plain, gzipped or zip-member files and streams
+(a FIFO, a pipe, ``-`` for stdin), each read once from its start (``sources.text_input``).
 
 - ``bottom_up_tsv``: Anderson et al.'s ``tools/generate_tsv.py`` output (``trainval_36``,
   adaptive 10-100): image_id, image_w, image_h, num_boxes, boxes, features (base64 float32).

@@ -18,7 +18,9 @@ from typing import Callable, Iterator, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
+from .. import sources
 from ..errors import RegionFeatureError
+from ..sources import Source
 from ..store import RegionFeatures
 
 TRUNCATED = "the row is truncated or corrupt"
@@ -43,26 +45,33 @@ def absolute(path) -> Path:
     return Path(os.path.abspath(path))
 
 
-def tsv_rows(path: Path, fieldnames: Sequence[str]) -> Iterator[Tuple[int, dict]]:
-    """(line number, row dict) of a headerless TSV whose fields can be hundreds of kB long
+def tsv_rows(source: Source, fieldnames: Sequence[str]) -> Iterator[Tuple[int, dict]]:
+    """(line number, row dict) of the headerless TSV ``source`` (``sources.text_input``: a file, a
+    zip member or a stream, read once; gzip decompressed), whose fields can be hundreds of kB long
     (blank lines are skipped, and counted).
 
-    A short row (a truncated download) is an error naming the file and the line; so is a
-    file without a single row."""
+    A short row (a truncated download) is an error naming the input and the line; so is an
+    input without a single row, or one that cannot be read (a truncated .gz)."""
     csv.field_size_limit(sys.maxsize)
+    where = sources.label(source)
     rows = 0
-    with open(path, newline="") as handle:
+    with sources.open_text(source) as handle:
         reader = csv.DictReader(handle, delimiter="\t", fieldnames=list(fieldnames))
-        for row in reader:
-            line = reader.line_num
-            if row.get(fieldnames[-1]) is None or None in row:
-                raise RegionFeatureError(f"{path}, line {line}: expected the {len(fieldnames)} tab-separated fields "
-                                         f"{list(fieldnames)}; the line is truncated or not in this format")
-            rows += 1
-            yield line, row
+        try:
+            for row in reader:
+                line = reader.line_num
+                if row.get(fieldnames[-1]) is None or None in row:
+                    raise RegionFeatureError(f"{where}, line {line}: expected the {len(fieldnames)} tab-separated "
+                                             f"fields {list(fieldnames)}; the line is truncated or not in this format")
+                rows += 1
+                yield line, row
+        except (OSError, EOFError, zlib.error, zipfile.BadZipFile, UnicodeDecodeError, csv.Error) as err:
+            raise RegionFeatureError(f"{where}, line {reader.line_num + 1}: cannot be read ({err}); the input is "
+                                     f"truncated or corrupt") from err
     if not rows:
-        raise RegionFeatureError(f"{path}: no rows (the file holds only blank lines); expected one image per line "
-                                 f"with the fields {list(fieldnames)}")
+        empty = "the stream ended before its first line" if source.get("stream") else "the file holds only blank lines"
+        raise RegionFeatureError(f"{where}: no rows ({empty}); expected one image per line with the fields "
+                                 f"{list(fieldnames)}")
 
 
 def decode_field(row: dict, field: str, dtype, where: str) -> np.ndarray:

@@ -14,25 +14,27 @@ from typing import Iterable, Iterator, Optional, Union
 
 import numpy as np
 
-from ..sources import Source, input_file
+from ..sources import Source, label, text_input
 from ..store import RegionFeatures
-from ._common import Entry, absolute, encode_field, int_field, tsv_record, tsv_rows
+from ._common import Entry, encode_field, int_field, tsv_record, tsv_rows
 
 FORMAT = "bottom-up-tsv"
 FIELDNAMES = ("image_id", "image_w", "image_h", "num_boxes", "boxes", "features")
 PathLike = Union[str, os.PathLike]
 
 
-def source(path: PathLike) -> Source:
-    """The record of the input ``path``; a missing, empty or directory path is an error."""
-    return input_file(path, FORMAT, "a bottom-up TSV file")
+def source(path: PathLike, member: Optional[str] = None) -> Source:
+    """The record of the input ``path`` (a file, ``.tsv.gz``, ``.zip`` (``member``), FIFO, pipe or
+    ``-``); a missing, empty or directory path is an error."""
+    return text_input(path, FORMAT, "a bottom-up TSV file", member)
 
 
-def entries(path: PathLike, feature_dim: Optional[int] = None) -> Iterator[Entry]:
-    """The images of one TSV, in file order; ``load()`` decodes a row, checking ``feature_dim``."""
-    path = absolute(path)
-    for position, (line, row) in enumerate(tsv_rows(path, FIELDNAMES)):
-        place = f"{path}, line {line}"
+def entries(tsv: Union[PathLike, Source], feature_dim: Optional[int] = None) -> Iterator[Entry]:
+    """The images of one TSV (a path or its ``source`` record), in file order, read once;
+    ``load()`` decodes a row, checking ``feature_dim``."""
+    tsv = tsv if isinstance(tsv, dict) else source(tsv)
+    for position, (line, row) in enumerate(tsv_rows(tsv, FIELDNAMES)):
+        place = f"{label(tsv)}, line {line}"
         image_id = int_field(row, "image_id", place)
         yield Entry(image_id, place, partial(tsv_record, row, image_id, place, ("image_h", "image_w"), feature_dim,
                                              first=position == 0))

@@ -20,9 +20,9 @@ import numpy as np
 
 from ..errors import RegionFeatureError
 from ..names import numeric_id
-from ..sources import Source, input_file
+from ..sources import Source, label, text_input
 from ..store import RegionFeatures
-from ._common import Entry, absolute, encode_field, tsv_record, tsv_rows
+from ._common import Entry, encode_field, tsv_record, tsv_rows
 
 FORMAT = "lxmert-tsv"
 FIELDNAMES = ("img_id", "img_h", "img_w", "objects_id", "objects_conf", "attrs_id", "attrs_conf", "num_boxes",
@@ -30,16 +30,18 @@ FIELDNAMES = ("img_id", "img_h", "img_w", "objects_id", "objects_conf", "attrs_i
 PathLike = Union[str, os.PathLike]
 
 
-def source(path: PathLike) -> Source:
-    """The record of the input ``path``; a missing, empty or directory path is an error."""
-    return input_file(path, FORMAT, "an LXMERT *_obj36.tsv file")
+def source(path: PathLike, member: Optional[str] = None) -> Source:
+    """The record of the input ``path`` (a file, ``.tsv.gz``, ``.zip`` (``member``), FIFO, pipe or
+    ``-``); a missing, empty or directory path is an error."""
+    return text_input(path, FORMAT, "an LXMERT *_obj36.tsv file", member)
 
 
-def entries(path: PathLike, feature_dim: Optional[int] = None) -> Iterator[Entry]:
-    """The images of one TSV, in file order; ``load()`` decodes a row, checking ``feature_dim``."""
-    path = absolute(path)
-    for position, (line, row) in enumerate(tsv_rows(path, FIELDNAMES)):
-        place = f"{path}, line {line}"
+def entries(tsv: Union[PathLike, Source], feature_dim: Optional[int] = None) -> Iterator[Entry]:
+    """The images of one TSV (a path or its ``source`` record), in file order, read once;
+    ``load()`` decodes a row, checking ``feature_dim``."""
+    tsv = tsv if isinstance(tsv, dict) else source(tsv)
+    for position, (line, row) in enumerate(tsv_rows(tsv, FIELDNAMES)):
+        place = f"{label(tsv)}, line {line}"
         name = row["img_id"]
         if not name.strip():
             raise RegionFeatureError(f"{place}: field 'img_id' is empty, expected the image's name")
