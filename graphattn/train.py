@@ -21,9 +21,10 @@ each seed's training time (kept from the run that trained it; ``train_seconds.to
 config and the library versions; ``curves.png`` the learning curves of every seed and
 ``accuracy.png`` the per-seed accuracies with their mean and spread (:mod:`graphattn.plots`).
 
-The console (:mod:`common.utils.console`) shows a bar per seed whose length is the patience
-budget (the epoch at which training stops if nothing improves), a line per finished seed,
-and at the end the summary and every file written; Ctrl-C stops with
+The console (:mod:`common.utils.console`) shows a bar per seed that counts epochs up to
+``max_epochs`` (``epoch 453 of at most 100000``: early stopping makes the end unknown) with the
+validation accuracy, the best so far and the patience left, a line per finished seed, and at
+the end the summary and every file written; Ctrl-C stops with
 ``interrupted at ...; re-run the same command to resume`` (exit status 130).
 
 ``--loader neighbor`` (``loader.*`` keys) trains on PyG ``NeighborLoader`` mini-batches instead of the
@@ -195,11 +196,12 @@ def train_seed(cfg: DictConfig, data: Data, seed: int, progress: bool = True,
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay)
     schedule = kl_schedule(cfg)
 
-    best_acc, best_loss, snapshot_acc = -math.inf, math.inf, -math.inf
+    best_acc, best_loss = -math.inf, math.inf
     best_state, best_epoch, waited, history = None, 0, 0, []
-    # The bar's total is the epoch at which patience runs out if nothing improves (not max_epochs).
-    bar = console.progress(total=min(cfg.train.max_epochs, cfg.train.patience), desc=f"seed {seed} epoch",
-                           enabled=progress, unit="epoch")
+    # Patience cannot run out before max_epochs <= patience: then the end is known; else only its bound.
+    known = cfg.train.max_epochs <= cfg.train.patience
+    bar = console.progress(total=cfg.train.max_epochs if known else None, bound=cfg.train.max_epochs,
+                           desc=f"seed {seed} epoch", enabled=progress, unit="epoch")
     start = time.perf_counter()
     for epoch in range(cfg.train.max_epochs):
         model.train()
@@ -212,7 +214,7 @@ def train_seed(cfg: DictConfig, data: Data, seed: int, progress: bool = True,
             logger.log(epoch, **row)
         if val["acc"] >= best_acc or val["loss"] <= best_loss:
             if val["acc"] >= best_acc and val["loss"] <= best_loss:
-                snapshot_acc, best_epoch = val["acc"], epoch
+                best_epoch = epoch
                 best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
             best_acc, best_loss = max(best_acc, val["acc"]), min(best_loss, val["loss"])
             waited = 0
@@ -220,8 +222,8 @@ def train_seed(cfg: DictConfig, data: Data, seed: int, progress: bool = True,
             waited += 1
             if waited == cfg.train.patience:
                 break
-        bar.set_total(min(cfg.train.max_epochs, epoch + 1 + cfg.train.patience - waited))
-        bar.set_postfix(val_acc=f"{val['acc']:.3f}", best=f"{snapshot_acc:.3f}")
+        bar.set_postfix(val_acc=f"{val['acc']:.3f}", best_val_acc=f"{best_acc:.3f}",
+                        patience_left=f"{cfg.train.patience - waited}/{cfg.train.patience}")
         bar.update()
     bar.close()
 
@@ -277,8 +279,8 @@ def _run(cfg: DictConfig, runtime: Runtime, progress: bool, data: Optional[Data]
     per_seed: List[Dict] = []
     start = time.perf_counter()
     progress = progress and env.is_main
-    for seed in console.progress(seeds, desc=f"{cfg.dataset} {cfg.attention.name} seeds", enabled=progress,
-                                 unit="seed"):
+    for seed in (bar := console.progress(seeds, desc=f"{cfg.dataset} {cfg.attention.name} seeds",
+                                         enabled=progress, unit="seed")):
         path = out_dir / f"seed{seed}.pt"
         if broadcast_objects([path.exists()], env)[0]:
             done = torch.load(path, map_location="cpu", weights_only=False)
@@ -286,6 +288,7 @@ def _run(cfg: DictConfig, runtime: Runtime, progress: bool, data: Optional[Data]
             per_seed.append(done["metrics"])
             if env.is_main:
                 console.say(seed_line(done["metrics"], reused=True))
+            bar.skip()  # reused: no part of the ETA of the seeds left
             continue
         log_dir = out_dir / f"seed{seed}"
         if env.is_main:

@@ -11,6 +11,12 @@
   file, ``nohup``, CI) each bar becomes one plain line every ``$ATTN_PROGRESS_SECONDS``
   seconds (default 30; 0 logs every update), so a long job is never silent and a log holds
   no carriage returns.
+* A bar's total never changes, so its percentage never falls. A loop that cannot know its end
+  (early stopping) has no total but an upper ``bound``: it shows ``epoch 453 of at most 1000``
+  and no percentage or ETA; its postfix says what it waits for (``patience_left 75/100``).
+* The ETA comes from the mean time of the steps done in this run, measured at each update, so
+  it moves only when a step ends; :meth:`Progress.skip` advances over reused work (a seed
+  trained by an earlier run) without counting it as fast work.
 * :func:`say` prints through ``tqdm.write`` (stderr), which lifts live bars out of the way.
 * :func:`interruptible` turns Ctrl-C into one line naming the innermost live bar
   (``interrupted at Cora softmax seeds 3/10, seed 3 epoch 41/100; re-run the same command to resume``) and the
@@ -59,42 +65,65 @@ def _duration(seconds: float) -> str:
     return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60:02d}:{rest % 60:02d}"
 
 
-class Progress:
-    """A bar (terminal) or periodic log lines (elsewhere) over ``total`` steps.
+class _Bar(tqdm):
+    """A tqdm bar whose rate, and so its ETA, is the :class:`Progress`'s steady one."""
 
-    ``total`` may change while it runs (:meth:`set_total`): an early-stopping loop sets it to
-    the step at which its patience would run out, so the ETA reflects the real budget.
-    """
+    steady_rate: Optional[float] = None
+
+    @property
+    def format_dict(self):
+        values = super().format_dict
+        return {**values, "rate": self.steady_rate} if self.steady_rate else values
+
+
+class Progress:
+    """A bar (terminal) or periodic log lines (elsewhere) over ``total`` steps, or, when the end is
+    unknown, over at most ``bound`` steps (no percentage, no ETA)."""
 
     def __init__(self, total: Optional[int] = None, desc: str = "", enabled: bool = True, initial: int = 0,
-                 unit: str = "it", iterable: Optional[Iterable] = None):
+                 unit: str = "it", iterable: Optional[Iterable] = None, bound: Optional[int] = None):
         if total is None and hasattr(iterable, "__len__"):
             total = len(iterable)
         self.total, self.desc, self.n, self.unit, self.iterable = total, desc, initial, unit, iterable
+        self.bound = None if total else bound
         self.enabled = enabled
         self.postfix = ""
         self._bar = None
-        self._start = self._last = time.perf_counter()
-        self._initial = initial
+        self._start = self._last = self._step_end = time.perf_counter()
+        self._counted, self._busy = 0, 0.0  # steps timed in this run, and their seconds
         if enabled and interactive():
-            self._bar = tqdm(total=total, desc=desc, initial=initial, unit=unit, leave=False, file=sys.stderr,
-                             mininterval=0.5, dynamic_ncols=True)
+            bar_format = None if self.bound is None else \
+                f"{{desc}} {{n_fmt}} of at most {self.bound} [{{elapsed}}, {{rate_fmt}}{{postfix}}]"
+            self._bar = _Bar(total=total, desc=desc, initial=initial, unit=unit, leave=False, file=sys.stderr,
+                             mininterval=0.5, dynamic_ncols=True, smoothing=0, bar_format=bar_format)
         self._interval = log_interval()
         _live.append(self)
 
+    def rate(self) -> Optional[float]:
+        """Steps per second over the steps timed so far (None before the first)."""
+        return self._counted / self._busy if self._counted and self._busy > 0 else None
+
     def update(self, n: int = 1) -> None:
+        """``n`` steps done; their time since the previous update counts towards the rate."""
+        now = time.perf_counter()
+        self._counted, self._busy, self._step_end = self._counted + n, self._busy + now - self._step_end, now
+        self._advance(n)
+
+    def skip(self, n: int = 1) -> None:
+        """``n`` steps passed over (work reused from an earlier run): no part of the rate or ETA."""
+        self._step_end = time.perf_counter()
+        if self._bar is not None:
+            self._bar.initial += n
+        self._advance(n)
+
+    def _advance(self, n: int) -> None:
         self.n += n
         if self._bar is not None:
+            self._bar.steady_rate = self.rate()
             self._bar.update(n)
         elif self.enabled and time.perf_counter() - self._last >= self._interval:
             self._last = time.perf_counter()
             print(self.line(), file=sys.stderr, flush=True)
-
-    def set_total(self, total: Optional[int]) -> None:
-        self.total = total
-        if self._bar is not None and self._bar.total != total:
-            self._bar.total = total
-            self._bar.refresh()
 
     def set_postfix(self, **values: Any) -> None:
         self.postfix = ", ".join(f"{key} {value}" for key, value in values.items())
@@ -102,19 +131,23 @@ class Progress:
             self._bar.set_postfix(values, refresh=False)
 
     def position(self) -> str:
-        """``desc n/total``: where this loop is."""
-        return f"{self.desc} {self.n}/{self.total}" if self.total else f"{self.desc} {self.n} {self.unit}"
+        """``desc n/total`` (or ``desc n of at most bound``): where this loop is."""
+        if self.total:
+            return f"{self.desc} {self.n}/{self.total}"
+        return f"{self.desc} {self.n} of at most {self.bound}" if self.bound else f"{self.desc} {self.n} {self.unit}"
 
     def line(self) -> str:
-        """The one-line log of the loop's state: position, percentage, elapsed, ETA and postfix."""
-        elapsed = time.perf_counter() - self._start
+        """The one-line log of the loop's state: position, percentage, elapsed, ETA (or, with no
+        total, the time per step) and postfix."""
         parts = [self.position()]
         if self.total:
             parts.append(f"{100 * self.n / self.total:.0f}%")
-        parts.append(f"{_duration(elapsed)} elapsed")
-        done = self.n - self._initial
-        if self.total and done > 0:
-            parts.append(f"ETA {_duration(elapsed / done * max(self.total - self.n, 0))}")
+        parts.append(f"{_duration(time.perf_counter() - self._start)} elapsed")
+        rate = self.rate()
+        if rate and self.total:
+            parts.append(f"ETA {_duration(max(self.total - self.n, 0) / rate)}")
+        elif rate:
+            parts.append(f"{1 / rate:.2f} s/{self.unit}" if rate < 1 else f"{rate:.1f} {self.unit}/s")
         if self.postfix:
             parts.append(self.postfix)
         return " | ".join(parts)
@@ -127,11 +160,14 @@ class Progress:
             _live.remove(self)
 
     def __iter__(self) -> Iterator:
-        """The items of ``iterable``, advancing the bar after each; closed at the end."""
+        """The items of ``iterable``, advancing the bar after each (unless the loop :meth:`skip`-ped
+        it); closed at the end."""
         try:
             for item in self.iterable:
+                before = self.n
                 yield item
-                self.update()
+                if self.n == before:
+                    self.update()
         finally:
             self.close()
 
@@ -143,10 +179,10 @@ class Progress:
 
 
 def progress(iterable: Optional[Iterable] = None, total: Optional[int] = None, desc: str = "",
-             enabled: bool = True, initial: int = 0, unit: str = "it") -> Progress:
-    """A :class:`Progress` over ``total`` steps or, given ``iterable``, one to iterate over
-    (``total`` defaults to ``len(iterable)``)."""
-    return Progress(total, desc, enabled, initial, unit, iterable)
+             enabled: bool = True, initial: int = 0, unit: str = "it", bound: Optional[int] = None) -> Progress:
+    """A :class:`Progress` over ``total`` steps (or at most ``bound`` when the end is unknown) or,
+    given ``iterable``, one to iterate over (``total`` defaults to ``len(iterable)``)."""
+    return Progress(total, desc, enabled, initial, unit, iterable, bound)
 
 
 def where() -> Optional[str]:

@@ -5,18 +5,66 @@ import signal
 from common.utils import console
 
 
-def test_progress_off_a_terminal_logs_one_line_per_interval_with_an_eta(monkeypatch, capsys):
+class Clock:
+    """A stand-in for the ``time`` module whose ``perf_counter`` moves only when told."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def perf_counter(self):
+        return self.now
+
+
+def test_progress_off_a_terminal_logs_one_line_per_interval_with_a_steady_eta(monkeypatch, capsys):
     monkeypatch.setenv(console.PROGRESS_SECONDS_ENV, "0")
-    bar = console.progress(total=4, desc="seed 0 epoch", unit="epoch")
-    bar.set_postfix(val_acc="0.500")
+    monkeypatch.setattr(console, "time", clock := Clock())
+    bar = console.progress(total=4, desc="Cora softmax seeds", unit="seed")
+    clock.now += 2
+    bar.skip()  # a seed reused from an earlier run: no part of the rate
+    clock.now += 10
     bar.update()
-    bar.set_total(10)  # an early-stopping budget that grew
+    clock.now += 5
+    halfway = bar.line()  # read in the middle of a step: the ETA has not moved
+    clock.now += 25
+    bar.set_postfix(best="0.900")
     bar.update()
     bar.close()
     lines = capsys.readouterr().err.splitlines()
-    assert lines[0].startswith("seed 0 epoch 1/4 | 25% |") and lines[0].endswith("val_acc 0.500")
-    assert lines[1].startswith("seed 0 epoch 2/10 | 20% |") and "ETA" in lines[1]
-    assert "\r" not in "".join(lines)
+    assert lines == ["Cora softmax seeds 1/4 | 25% | 00:02 elapsed",
+                     "Cora softmax seeds 2/4 | 50% | 00:12 elapsed | ETA 00:20",
+                     "Cora softmax seeds 3/4 | 75% | 00:42 elapsed | ETA 00:20 | best 0.900"]
+    assert halfway == "Cora softmax seeds 2/4 | 50% | 00:17 elapsed | ETA 00:20"
+
+
+def test_a_loop_without_a_known_end_shows_its_bound_and_never_a_percentage(monkeypatch, capsys):
+    monkeypatch.setenv(console.PROGRESS_SECONDS_ENV, "0")
+    monkeypatch.setattr(console, "time", clock := Clock())
+    bar = console.progress(desc="seed 0 epoch", unit="epoch", bound=1000)
+    for left in (100, 99):
+        clock.now += 2
+        bar.set_postfix(val_acc="0.550", patience_left=f"{left}/100")
+        bar.update()
+    assert console.where() == "seed 0 epoch 2 of at most 1000"
+    bar.close()
+    assert capsys.readouterr().err.splitlines() == [
+        "seed 0 epoch 1 of at most 1000 | 00:02 elapsed | 2.00 s/epoch | val_acc 0.550, patience_left 100/100",
+        "seed 0 epoch 2 of at most 1000 | 00:04 elapsed | 2.00 s/epoch | val_acc 0.550, patience_left 99/100"]
+
+
+def test_terminal_bars_show_the_bound_and_the_steady_eta(monkeypatch):
+    monkeypatch.setattr(console, "interactive", lambda: True)
+    monkeypatch.setattr(console, "time", clock := Clock())
+    open_ended = console.progress(desc="seed 0 epoch", unit="epoch", bound=1000)
+    open_ended.update()
+    text = str(open_ended._bar)
+    assert text.startswith("seed 0 epoch 1 of at most 1000 [") and "%" not in text
+    seeds = console.progress(total=4, desc="seeds", unit="seed")
+    seeds.skip()
+    clock.now += 10
+    seeds.update()  # one seed trained in 10 s, one reused: 2 left take 20 s, whatever tqdm's own clock says
+    assert "<00:20" in str(seeds._bar) and "10.00s/seed" in str(seeds._bar)
+    for bar in (open_ended, seeds):
+        bar.close()
 
 
 def test_progress_is_quiet_between_intervals_and_when_disabled(monkeypatch, capsys):

@@ -87,3 +87,28 @@ def test_evaluate_writes_its_report_and_reliability_diagram_into_the_run_and_exp
     assert evaluate.main([str(out / "results.json")]) == 2
     assert capsys.readouterr().err == (f"error: {out / 'results.json'} is not a checkpoint: pass a seed<k>.pt "
                                        f"checkpoint or the python -m graphattn.train output directory ({out})\n")
+
+
+@pytest.mark.realdata
+def test_early_stopping_progress_counts_epochs_to_a_bound_with_the_patience_left(attn_data_root, tmp_path, capsys,
+                                                                                  monkeypatch):
+    import re
+
+    from graphattn import train
+
+    monkeypatch.setenv("ATTN_PROGRESS_SECONDS", "0")
+    args = ["--dataset", "Cora", "--data-root", str(attn_data_root), "--out", str(tmp_path / "run"),
+            "train.max_epochs=60", "train.patience=3", "train.num_threads=1"]
+    assert train.main([*args, "--seeds", "1"]) == 0
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("seed 0 epoch ")]
+    pattern = re.compile(r"seed 0 epoch (\d+) of at most 60 \| \d\d:\d\d elapsed \| [\d.]+ (s/epoch|epoch/s) \| "
+                         r"val_acc ([\d.]+), best_val_acc ([\d.]+), patience_left (\d)/3$")
+    matches = [pattern.match(line) for line in lines]
+    assert lines and all(matches), lines  # no percentage, no ETA: the end is not known
+    assert [int(m[1]) for m in matches] == list(range(1, len(lines) + 1))
+    assert all(float(m[4]) >= float(m[3]) and 1 <= int(m[5]) <= 3 for m in matches)  # best is of the same metric
+
+    assert train.main([*args, "--seeds", "2"]) == 0  # seed 0 reused: it gives the seeds bar no ETA
+    seeds = [line for line in capsys.readouterr().err.splitlines() if line.startswith("Cora softmax seeds")]
+    assert seeds[0].startswith("Cora softmax seeds 1/2 | 50% | ") and "ETA" not in seeds[0]
+    assert seeds[1].startswith("Cora softmax seeds 2/2 | 100% | ") and seeds[1].endswith("ETA 00:00")
