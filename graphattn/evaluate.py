@@ -40,14 +40,11 @@ from typing import Dict, List, Optional, Sequence
 import torch
 from omegaconf import OmegaConf
 
-from common import attention
-from common.metrics import (expected_calibration_error, mean_probabilities, pavpu_entropy, pavpu_ttest,
-                            plot_reliability, predictive_entropy, ttest_uncertain)
+from common import attention, metrics
 from common.utils import atomic_write_json, console, results_record, seed_everything
 from common.utils.cli import add_runtime_options, runtime_from
 from common.utils.runtime import DeviceError, Runtime
 
-from .data import PlanetoidDataError, load_planetoid
 from .train import build_model, evaluate_split, prepare_features, summarize
 
 
@@ -77,6 +74,8 @@ def evaluate_checkpoint(
     data_cache = {} if data_cache is None else data_cache
     if cfg.dataset not in data_cache:
         root = data_root if data_root is not None else cfg.data_root
+        from .data import load_planetoid
+
         data_cache[cfg.dataset] = load_planetoid(cfg.dataset, root).to(runtime.device)
     data = data_cache[cfg.dataset]
     model = build_model(cfg, data.num_features, data.num_classes)
@@ -101,17 +100,17 @@ def evaluate_checkpoint(
         with torch.no_grad(), attention.mc_sampling(model, dropout=mc_dropout), runtime.autocast():
             logits = torch.stack([model(x, data.edge_index)[data.test_mask].float() for _ in range(mc_samples)])
         logits = logits.cpu()
-        probs = mean_probabilities(logits)
+        probs = metrics.mean_probabilities(logits)
         threshold = entropy_threshold if entropy_threshold is not None else math.log(data.num_classes) / 2
         result["mc"] = {
             "samples": mc_samples, "dropout": mc_dropout, "dropout_p": cfg.model.dropout if mc_dropout else 0.0,
             "acc": float((probs.argmax(-1) == targets).double().mean()),
             "mean_confidence": float(probs.max(-1).values.double().mean()),
-            "pavpu_ttest": pavpu_ttest(logits, targets, p_threshold), "p_threshold": p_threshold,
-            "uncertain_ttest": float(ttest_uncertain(logits, p_threshold).double().mean()),
-            "pavpu_entropy": pavpu_entropy(logits, targets, threshold), "entropy_threshold": threshold,
-            "uncertain_entropy": float((predictive_entropy(probs) > threshold).double().mean()),
-            "ece": expected_calibration_error(probs, targets),
+            "pavpu_ttest": metrics.pavpu_ttest(logits, targets, p_threshold), "p_threshold": p_threshold,
+            "uncertain_ttest": float(metrics.ttest_uncertain(logits, p_threshold).double().mean()),
+            "pavpu_entropy": metrics.pavpu_entropy(logits, targets, threshold), "entropy_threshold": threshold,
+            "uncertain_entropy": float((metrics.predictive_entropy(probs) > threshold).double().mean()),
+            "ece": metrics.expected_calibration_error(probs, targets),
         }
         if predictions is not None:
             predictions.append((probs, targets))
@@ -208,21 +207,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             console.say(f"{path}: test acc {100 * report['test']['acc']:.2f}"
                         + (f" | MC acc {100 * mc['acc']:.2f} PAvPU(t-test) {100 * mc['pavpu_ttest']:.2f} "
                            f"PAvPU(entropy) {100 * mc['pavpu_entropy']:.2f} ECE {100 * mc['ece']:.2f}" if mc else ""))
-    except (FileNotFoundError, PlanetoidDataError, DeviceError, ValueError) as err:
+    except (FileNotFoundError, DeviceError, ValueError) as err:  # PlanetoidDataError is a FileNotFoundError
         print(f"error: {err}", file=sys.stderr)
         return 2
     probs = torch.cat([p for p, _ in predictions])
     targets = torch.cat([t for _, t in predictions])
     out, figure = report_paths(args.checkpoint, args.mc_samples, args.out)
-    bins = plot_reliability(probs, targets, figure, title=f"{reports[0]['dataset']} {reports[0]['attention']}: "
-                            f"{len(reports)} checkpoint(s), " + (f"MC x{args.mc_samples}" if args.mc_samples
-                                                                 else "eval mode"))
+    title = (f"{reports[0]['dataset']} {reports[0]['attention']}: {len(reports)} checkpoint(s), "
+             + (f"MC x{args.mc_samples}" if args.mc_samples else "eval mode"))
+    bins = metrics.plot_reliability(probs, targets, figure, title=title)
     summary = {"test_acc": summarize([r["test"]["acc"] for r in reports])}
     if args.mc_samples:
         for key in ("acc", "pavpu_ttest", "pavpu_entropy", "ece", "uncertain_ttest", "uncertain_entropy"):
             summary[key if key.startswith("uncertain") else f"mc_{key}"] = summarize([r["mc"][key] for r in reports])
     else:
-        summary["ece"] = summarize([expected_calibration_error(p, t) for p, t in predictions])
+        summary["ece"] = summarize([metrics.expected_calibration_error(p, t) for p, t in predictions])
     print(("mean +- std over checkpoints: " if len(reports) > 1 else "")
           + ", ".join(f"{k} {v['mean']:.2f}" + (f" +- {v['std']:.2f}" if len(reports) > 1 else "")
                       for k, v in summary.items()))

@@ -20,14 +20,16 @@ from __future__ import annotations
 
 import warnings
 from contextlib import contextmanager
-from typing import Iterator, List, Sequence
+from typing import TYPE_CHECKING, Iterator, List, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch_geometric.data import Data
 
 from common.utils.distributed import DistEnv
+
+if TYPE_CHECKING:
+    from torch_geometric.data import Data
 
 #: How to install a neighbour sampler (the ``sampler`` extra: torch-sparse built against the installed torch).
 SAMPLER_INSTALL = 'pip install --no-build-isolation -e ".[sampler]"'
@@ -110,6 +112,7 @@ def train_loader(data: Data, num_neighbors: Sequence[int], batch_size: int, env:
 def inference_loader(data: Data, batch_size: int, num_workers: int = 0):
     """Every node with all its in-neighbours (one hop), ``batch_size`` target nodes at a time, in node order."""
     require_sampler()
+    from torch_geometric.data import Data
     from torch_geometric.loader import NeighborLoader
 
     graph = Data(edge_index=data.edge_index, num_nodes=data.num_nodes)  # features are gathered per layer

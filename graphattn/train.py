@@ -44,13 +44,12 @@ import time
 import warnings
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from omegaconf import DictConfig
-from torch_geometric.data import Data
 
 from common import attention
 from common.utils import (MetricsLogger, atomic_save, atomic_write_json, console, read_metrics, results_record,
@@ -60,14 +59,19 @@ from common.utils.config import check_resumable
 from common.utils.distributed import all_reduce_sum, broadcast_objects, cleanup, wrap_model
 from common.utils.runtime import DeviceError, Runtime
 
-from .config import load_config, to_dict
-from .data import PlanetoidDataError, load_planetoid
 from . import minibatch
-from .models import GAT
+from .config import load_config, to_dict
+
+if TYPE_CHECKING:  # PyG and the model are imported once the command line and config have been checked
+    from torch_geometric.data import Data
+
+    from .models import GAT
 
 
 def build_model(cfg: DictConfig, num_features: int, num_classes: int) -> GAT:
     """The GAT described by ``cfg.model`` and ``cfg.attention``."""
+    from .models import GAT
+
     return GAT(num_features, num_classes, attention=cfg.attention.name,
                attention_options=dict(cfg.attention.options), **cfg.model)
 
@@ -273,7 +277,11 @@ def _run(cfg: DictConfig, runtime: Runtime, progress: bool, data: Optional[Data]
         raise ValueError(f"full-batch training runs in one process, not {env.world_size}: "
                          f"use --loader neighbor under torchrun")
     out_dir = default_out_dir(cfg)
-    data = (data if data is not None else load_planetoid(cfg.dataset, cfg.data_root)).to(runtime.device)
+    if data is None:
+        from .data import load_planetoid
+
+        data = load_planetoid(cfg.dataset, cfg.data_root)
+    data = data.to(runtime.device)
     config = to_dict(cfg)
     seeds = list(range(cfg.first_seed, cfg.first_seed + cfg.seeds))
     per_seed: List[Dict] = []
@@ -379,7 +387,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         cfg = load_config(args.dataset, args.attention, overrides, args.config)
         results = run(cfg, progress=not args.no_progress)
-    except (PlanetoidDataError, DeviceError, minibatch.SamplerMissing, ValueError) as err:
+    except (FileNotFoundError, DeviceError, minibatch.SamplerMissing, ValueError) as err:  # PlanetoidDataError too
         print(f"error: {err}", file=sys.stderr)
         return 2
     if results is None:  # a torchrun process other than the main one

@@ -1,17 +1,12 @@
-"""Evaluation metrics shared by the domains."""
-from .paired import (
-    BootstrapDifference, PairedDifference, bleu_item_stats, cider_item_scores, minimal_detectable_difference,
-    paired_bootstrap, paired_t,
-)
-from .reliability import ReliabilityBins, plot_reliability, reliability_bins
-from .uncertainty import (
-    expected_calibration_error, mean_probabilities, pavpu_entropy, pavpu_ttest, predictive_entropy, ttest_uncertain,
-)
+"""Evaluation metrics shared by the domains (each name imports its submodule on first use, :mod:`common.lazy`)."""
+from common.lazy import lazy_exports
 
-__all__ = [
-    "BootstrapDifference", "PairedDifference", "bleu_item_stats", "cider_item_scores", "minimal_detectable_difference",
-    "paired_bootstrap", "paired_t",
-    "ReliabilityBins", "plot_reliability", "reliability_bins",
-    "expected_calibration_error", "mean_probabilities", "pavpu_entropy", "pavpu_ttest", "predictive_entropy",
-    "ttest_uncertain",
-]
+_EXPORTS = {
+    **dict.fromkeys(("BootstrapDifference", "PairedDifference", "bleu_item_stats", "cider_item_scores",
+                     "minimal_detectable_difference", "paired_bootstrap", "paired_t"), "paired"),
+    **dict.fromkeys(("ReliabilityBins", "plot_reliability", "reliability_bins"), "reliability"),
+    **dict.fromkeys(("expected_calibration_error", "mean_probabilities", "pavpu_entropy", "pavpu_ttest",
+                     "predictive_entropy", "ttest_uncertain"), "uncertainty"),
+}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

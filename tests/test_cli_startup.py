@@ -1,0 +1,51 @@
+"""The CLIs answer ``--help``, a bad option and a bad config value before they import PyG, transformers,
+matplotlib or the models: what they import is read from ``python -X importtime`` (independent of the
+machine's speed), not timed."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+#: Top-level packages a CLI may import only after its arguments and config have been checked.
+HEAVY_PACKAGES = ("torch_geometric", "transformers", "matplotlib", "scipy", "tensorboard")
+#: The modules that hold models and layers.
+MODEL_MODULES = ("graphattn.models", "graphattn.conv", "common.attention.bam", "common.attention.blocks")
+#: CLI -> a config override it rejects (None: the CLI takes no config).
+CLIS = {
+    "graphattn.train": "kl.weight=abc",
+    "graphattn.evaluate": None,
+    "mt.prepare": None,
+    "captioning.prepare": None,
+    "vqa.score": None,
+}
+
+
+def imported_modules(module: str, *args: str):
+    run = subprocess.run([sys.executable, "-X", "importtime", "-m", module, *args], cwd=ROOT, capture_output=True,
+                         text=True, timeout=300)
+    modules = {line.rsplit("|", 1)[-1].strip() for line in run.stderr.splitlines() if line.startswith("import time:")}
+    return run, modules
+
+
+def heavy(modules):
+    return sorted(m for m in modules if m.split(".")[0] in HEAVY_PACKAGES or m.startswith(MODEL_MODULES))
+
+
+@pytest.mark.parametrize("module", sorted(CLIS))
+def test_help_and_a_bad_option_import_nothing_heavy(module):
+    run, modules = imported_modules(module, "--help")
+    assert run.returncode == 0 and "usage:" in run.stdout
+    assert heavy(modules) == []
+    run, modules = imported_modules(module, "--no-such-option")
+    assert run.returncode == 2 and "error:" in run.stderr  # the unknown option or a missing argument
+    assert heavy(modules) == []
+
+
+@pytest.mark.parametrize("module", sorted(name for name, bad in CLIS.items() if bad))
+def test_a_bad_config_value_is_refused_before_anything_heavy(module, tmp_path):
+    run, modules = imported_modules(module, CLIS[module], "--out", str(tmp_path / "run"))
+    assert run.returncode == 2 and "error:" in run.stderr and CLIS[module].split("=")[0] in run.stderr
+    assert heavy(modules) == []
+    assert not (tmp_path / "run").exists()
