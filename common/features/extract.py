@@ -11,19 +11,20 @@ the fixed files). Boxes are the proposals themselves, not the class-regressed bo
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterable, List, Protocol, Sequence, Tuple, Union
 
 import numpy as np
 import torch
-from tqdm import tqdm
+
+from common.utils import console
 
 from .convert import up_to_date
 from .errors import RegionFeatureError
 from .names import numeric_id
 from .sources import Source, directory_record, input_file
-from .writer import RegionFeatureWriter
+from .writer import RegionFeatureWriter, content_options
 
 PathLike = Union[str, os.PathLike]
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
@@ -141,18 +142,21 @@ def image_sources(paths: Iterable[PathLike]) -> List[Source]:
 
 def extract(images: Iterable[Tuple[int, Path]], detector: Detector, output: PathLike,
             selection: Selection = Selection(), feature_dim: int = 2048, dtype: str = "float16",
-            progress: bool = True, append: bool = False, sources: Sequence[Source] = ()) -> dict:
+            progress: bool = True, append: bool = False, sources: Sequence[Source] = (),
+            overwrite: bool = False) -> dict:
     """Detect, select and store the regions of every image not yet in ``output``. Resumable,
     published only when complete, and a no-op when ``output`` already records ``sources``
-    (``image_sources``), as ``convert.convert``; ``append`` adds to an existing ``output``."""
+    (``image_sources``) and the same options (dtype, feature_dim, ``selection``), as
+    ``convert.convert``; ``append`` adds to an existing ``output``, ``overwrite`` rebuilds it."""
     images = list(images)
-    done = up_to_date(Path(output), list(sources))
+    options = asdict(selection)
+    done = None if overwrite else up_to_date(Path(output), list(sources), content_options(feature_dim, dtype, options))
     if done is not None:
-        return {"written": 0, "skipped": 0, "images": done}
+        return {"written": 0, "skipped": done, "images": done, "unchanged": True}
     counts = {"written": 0, "skipped": 0}
-    with RegionFeatureWriter(output, feature_dim=feature_dim, dtype=dtype, append=append,
-                             sources=sources) as writer:
-        for image_id, path in tqdm(images, unit="img", desc=Path(output).name, disable=not progress):
+    with RegionFeatureWriter(output, feature_dim=feature_dim, dtype=dtype, append=append, overwrite=overwrite,
+                             sources=sources, options=options) as writer:
+        for image_id, path in console.progress(images, unit="img", desc=Path(output).name, enabled=progress):
             origin = os.path.abspath(path)
             name = path.stem if numeric_id(path.stem) == image_id else None  # ids of image_files are named
             if writer.already_stored(image_id, origin, name):
@@ -166,4 +170,4 @@ def extract(images: Iterable[Tuple[int, Path]], detector: Detector, output: Path
                        image_height=image.shape[0], image_width=image.shape[1], name=name, origin=origin)
             counts["written"] += 1
         counts["images"] = len(writer)
-    return counts
+    return {**counts, "unchanged": False}

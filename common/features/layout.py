@@ -14,7 +14,9 @@ dim 0 and an index says where each image's rows start and how many there are::
     /origins      [M]     str     where the image came from (``/data/a.tsv, line 3``); "" if unknown
     /sources      scalar  str     JSON list of the inputs: {"path", "format", "bytes"[, "files"]}
     /committed    [1]     int64   images whose regions and index rows are fully written
-    attrs: format, version, feature_dim, complete, num_images
+    attrs: format, version, feature_dim, complete, num_images,
+           options  JSON object of the options that shaped the content: dtype, feature_dim and,
+                    for an extraction, the region limits (min_boxes, max_boxes, conf_thresh, nms_thresh)
 
 Files use HDF5's 1.10 format (``LIBVER``), which the writer's single-writer/multiple-reader
 mode needs; HDF5 libraries from 1.10 on read them. A writer works on ``<path>.partial``
@@ -22,6 +24,9 @@ mode needs; HDF5 libraries from 1.10 on read them. A writer works on ``<path>.pa
 ``complete`` and ``num_images``: a file under its final name is whole. In a partial file
 left by a killed run, index rows past ``committed`` and regions past the last committed
 image are not part of its content (the writer drops them when it resumes).
+
+A version-2 file written before ``options`` was recorded has only the dtype and feature_dim
+of its datasets as options (``store.read_options``).
 
 Version 1 (before completeness was recorded) had no names, origins, sources, committed,
 ``complete`` or ``num_images``: the store refuses it; ``writer.mark_complete`` or an append
@@ -51,6 +56,7 @@ INDEX = (IMAGE_IDS, FIRST_REGION, NUM_REGIONS, IMAGE_SIZE, IMAGE_NAMES, ORIGINS)
 LEGACY_INDEX = INDEX[:4]
 COMPLETE = "complete"
 NUM_IMAGES = "num_images"
+OPTIONS = "options"
 PARTIAL_SUFFIX = ".partial"
 #: Index rows per chunk (image ids, offsets, sizes, names, origins).
 INDEX_CHUNK = 4096

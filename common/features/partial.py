@@ -95,13 +95,15 @@ def open_killed(partial: Path) -> h5py.File:
                                  f"delete it and re-run the command to start over") from err
 
 
-def new_file(staging: Path, feature_dim: int, dtype, chunk_rows: int, sources: str, source: h5py.File = None,
-             complete: bool = False) -> None:
+def new_file(staging: Path, feature_dim: int, dtype, chunk_rows: int, sources: str, options: str,
+             source: h5py.File = None, complete: bool = False) -> None:
     """Build a file at ``staging``: empty, or holding the committed images of ``source``;
-    ``sources`` is the JSON record of the inputs; ``complete`` marks it finished."""
+    ``sources`` and ``options`` are the JSON records of the inputs and options; ``complete``
+    marks it finished."""
     with open_hdf5(staging, "w", libver=layout.LIBVER) as file:
         layout.create(file, feature_dim, dtype, chunk_rows)
         file[layout.SOURCES][()] = sources
+        file.attrs[layout.OPTIONS] = options
         if source is not None:
             copy_images(source, file, layout.committed(source))
         if complete:

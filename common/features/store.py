@@ -10,6 +10,7 @@ written before completeness was recorded (layout version 1), is refused with wha
 """
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -143,6 +144,18 @@ def read_sources(file: h5py.File, path: Path) -> List[dict]:
     return sources.loads(file[layout.SOURCES].asstr()[()], str(path))
 
 
+def read_options(file: h5py.File, path: Path) -> dict:
+    """The options that shaped the content (``layout.OPTIONS``); for a file that did not record
+    them, the dtype and feature_dim of its datasets."""
+    derived = {"dtype": np.dtype(file[layout.FEATURES].dtype).name, "feature_dim": int(file.attrs["feature_dim"])}
+    try:
+        recorded = json.loads(file.attrs.get(layout.OPTIONS, "{}"))
+    except json.JSONDecodeError as err:
+        raise RegionFeatureError(f"{path}: attribute 'options' is not JSON ({err}); the file is corrupt; "
+                                 f"{REBUILD}") from None
+    return {**derived, **recorded}
+
+
 def _convert(array: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
     """``array`` [N, D] as a ``dtype`` tensor, converted in blocks of at most ``CONVERT_BLOCK`` elements."""
     source = torch.from_numpy(array)
@@ -170,7 +183,9 @@ class RegionFeatureStore:
 
     ``dtype=torch.float16`` returns the features as a float16 file stores them: half the
     bytes for DataLoader workers to send to the main process (convert on the device).
-    ``sources`` lists the inputs the file was converted from (path, format, bytes).
+    ``sources`` lists the inputs the file was converted from (path, format, bytes), ``options``
+    the options that shaped it (``{"dtype": "float16", "feature_dim": 2048}``, plus the region
+    limits of an extraction).
     """
 
     def __init__(self, path: PathLike, dtype: torch.dtype = torch.float32):
@@ -183,6 +198,7 @@ class RegionFeatureStore:
             check_complete(file, self.path)
             self.stored_dtype = np.dtype(file[layout.FEATURES].dtype)
             self.sources = read_sources(file, self.path)
+            self.options = read_options(file, self.path)
             total_rows = file[layout.FEATURES].shape[0]
             try:
                 self._ids = file[layout.IMAGE_IDS][:].astype(np.int64)

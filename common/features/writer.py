@@ -7,14 +7,18 @@ counts (``/committed``) once its regions and index rows are flushed. Opening a w
 continues the partial file from its committed images; ``already_stored`` tells a converter
 what to skip, and reports an image id met at two places.
 
-Adding to a finished file needs ``append=True``: the writer copies its images into the
-partial file and publishes that, so the original stays whole and readable until the rename.
+The file records the options that shaped it (``options``: dtype, feature_dim, and any others
+the caller names, such as an extraction's region limits). Adding to a finished file needs
+``append=True`` and the same options: the writer copies its images into the partial file and
+publishes that, so the original stays whole and readable until the rename. ``overwrite=True``
+rebuilds it from these inputs alone, published by the same rename.
 """
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Union
+from typing import Iterable, List, Mapping, Optional, Union
 
 import h5py
 import numpy as np
@@ -24,8 +28,8 @@ from . import layout
 from .errors import RegionFeatureError
 from .names import numeric_id
 from .partial import WriterLock, new_file, open_for_writing, open_killed, replace, staging_path
-from .sources import Source, describe, dumps, merge
-from .store import check_layout, open_hdf5, read_sources
+from .sources import Source, describe, dumps, merge, unrecorded
+from .store import check_layout, open_hdf5, read_options, read_sources
 
 PathLike = Union[str, os.PathLike]
 ArrayLike = Union[np.ndarray, torch.Tensor]
@@ -43,6 +47,64 @@ def _as_numpy(value: ArrayLike) -> np.ndarray:
     return value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
 
 
+def content_options(feature_dim: int, dtype: str, extra: Optional[Mapping] = None) -> dict:
+    """The options a file records as shaping its content: ``dtype``, ``feature_dim`` and ``extra``."""
+    return {"dtype": np.dtype(dtype).name, "feature_dim": int(feature_dim), **(extra or {})}
+
+
+def differences(recorded: Mapping, wanted: Mapping, where: str) -> List[str]:
+    """``--dtype float16 in out.h5, float32 in this command`` for each option whose values differ."""
+    keys = list(wanted) + [key for key in recorded if key not in wanted]
+    return [f"--{key.replace('_', '-')} {recorded.get(key, 'unrecorded')} in {where}, "
+            f"{wanted.get(key, 'unset')} in this command" for key in keys if recorded.get(key) != wanted.get(key)]
+
+
+class Origins:
+    """Where each stored image came from (``/origins``): what to skip, and the errors for an image
+    id met at two places or a place (a file and line) that now holds another image."""
+
+    def __init__(self, path: Path, ids: Iterable[int] = (), origins: Iterable[str] = ()):
+        self.path = path
+        self._by_id = dict(zip(ids, origins))
+        self._by_place = {origin: image_id for image_id, origin in self._by_id.items() if origin}
+
+    @classmethod
+    def of(cls, file: h5py.File, path: Path) -> "Origins":
+        return cls(path, file[layout.IMAGE_IDS][:].tolist(), file[layout.ORIGINS].asstr()[:].tolist())
+
+    def __contains__(self, image_id) -> bool:
+        return int(image_id) in self._by_id
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    def get(self, image_id: int) -> Optional[str]:
+        return self._by_id.get(int(image_id))
+
+    def add(self, image_id: int, origin: str) -> None:
+        self._by_id[int(image_id)] = origin
+        if origin:
+            self._by_place[origin] = int(image_id)
+
+    def stored(self, image_id: int, origin: str, name: Optional[str] = None) -> bool:
+        """Whether ``image_id`` is stored from ``origin``. An id stored from another place is a
+        duplicate, and another id stored from ``origin`` a changed input: errors naming both."""
+        image_id = int(image_id)
+        stored = self._by_id.get(image_id)
+        if stored is None and origin not in self._by_place:
+            return False
+        if stored in (origin, ""):  # "": a file of layout version 1 recorded no origins
+            return True
+        what = f"image {name!r} (id {image_id})" if name else f"image id {image_id}"
+        if stored is None:
+            raise RegionFeatureError(f"{self.path}: {origin} holds {what}, but image id {self._by_place[origin]} was "
+                                     f"stored from there: the input changed since it was read; re-run with the "
+                                     f"input it was written from, or rebuild with --overwrite")
+        raise RegionFeatureError(f"{self.path}: {what} appears twice, at {stored} and at {origin}; a store keeps "
+                                 f"one image per id, so one of them would be lost. Remove the duplicate from the "
+                                 f"inputs, or convert them into separate stores")
+
+
 class RegionFeatureWriter:
     """Append the regions of many images to one HDF5 file, published when the writer closes.
 
@@ -53,14 +115,18 @@ class RegionFeatureWriter:
     ``dtype`` is the storage type of the features ("float16" halves the size; values must
     stay within +-65504). Leaving the ``with`` block normally marks the file complete and
     renames ``<path>.partial`` to ``path``; leaving it by an exception keeps the partial file,
-    which the next writer of ``path`` resumes (its feature dimension, dtype and ``sources``
-    must match). An existing ``path`` is refused unless ``append=True``. ``sources`` are the
-    inputs' records (``sources.py``), kept in the file.
+    which the next writer of ``path`` resumes (its options and ``sources`` must match). An
+    existing ``path`` is refused unless ``append=True`` (same options) or ``overwrite=True``.
+    ``sources`` are the inputs' records (``sources.py``), kept in the file; ``options``, other
+    settings that shape the content (an extraction's region limits), recorded with ``dtype``
+    and ``feature_dim``.
     """
 
     def __init__(self, path: PathLike, feature_dim: int = 2048, dtype: str = "float16",
                  chunk_rows: int = CHUNK_ROWS, buffer_rows: int = 8192, append: bool = False,
-                 sources: Iterable[Source] = ()):
+                 sources: Iterable[Source] = (), overwrite: bool = False, options: Optional[Mapping] = None):
+        if append and overwrite:
+            raise ValueError("append=True and overwrite=True exclude each other")
         if dtype not in DTYPES:
             raise ValueError(f"dtype={dtype!r}: choose one of {DTYPES}")
         if feature_dim < 1 or chunk_rows < 1 or buffer_rows < 1:
@@ -73,10 +139,12 @@ class RegionFeatureWriter:
         self.chunk_rows = chunk_rows
         self.buffer_rows = buffer_rows
         self.append = append
+        self.overwrite = overwrite
         self.sources = list(sources)
+        self.options = content_options(feature_dim, dtype, options)
         self._file = None
         self._lock = WriterLock(self.partial)
-        self._origins: Dict[int, str] = {}
+        self._origins = Origins(self.path)
         self._pending: List[tuple] = []
         self._pending_rows = 0
         self._prepared_now = False
@@ -94,7 +162,8 @@ class RegionFeatureWriter:
         if isinstance(exc, RegionFeatureError) and self.partial.exists():
             raise RegionFeatureError(f"{exc}\n{self.partial} keeps the {len(self)} images written so far. A "
                                      f"re-run resumes it only while the inputs are unchanged: once you have fixed "
-                                     f"the input, delete it and re-run the command") from exc
+                                     f"the input, re-run the command with --overwrite (or delete it and re-run)"
+                                     ) from exc
 
     # --- opening: a new, copied or resumed partial file ---
 
@@ -108,7 +177,17 @@ class RegionFeatureWriter:
             if not self.partial.exists():
                 self._prepare(expected, appending=published is not None)
             self._file = self._open_partial()
-            self._resume(expected)
+            mismatch = self._mismatch(expected)
+            if mismatch and self.overwrite:  # a rebuild starts over, whatever an earlier run left
+                self._file.close()
+                self._file = None
+                self.partial.unlink()
+                self._prepare(expected, appending=False)
+                self._file = self._open_partial()
+            elif mismatch:
+                raise RegionFeatureError(mismatch)
+            self._file.attrs[layout.COMPLETE] = False  # in case a run stopped between marking it and renaming it
+            self._origins = Origins.of(self._file, self.path)
         except BaseException:
             if self._file is not None:
                 self._file.close()
@@ -117,43 +196,47 @@ class RegionFeatureWriter:
             raise
 
     def _check_published(self) -> Optional[List[Source]]:
-        """The recorded inputs of the file already at ``path`` (None if there is none), after
-        checking that this writer may append to it."""
+        """The recorded inputs of the file at ``path`` to append to (None: there is none, or it is
+        rebuilt), after checking that this writer may write it."""
         if not self.path.exists():
             return None
         with open_hdf5(self.path, "r") as file:
             if file.attrs.get("format") != layout.FORMAT:
                 raise RegionFeatureError(f"{self.path}: an HDF5 file that is not a region-feature file (it holds "
                                          f"{sorted(file)[:5]}); write to another path")
-            dim = check_layout(file, self.path, legacy=True)
+            if self.overwrite:
+                return None
+            check_layout(file, self.path, legacy=True)
             legacy = int(file.attrs["version"]) == layout.LEGACY_VERSION
             recorded = read_sources(file, self.path)
-            stored = np.dtype(file[layout.FEATURES].dtype)
+            changed = differences(read_options(file, self.path), self.options, self.path.name)
             count = file[layout.IMAGE_IDS].shape[0]
-        if not self.append:
-            state = ("written by an earlier version without a completeness record" if legacy else
-                     f"{count} images from {describe(recorded)}")
-            interrupted = (f"; {self.partial} holds an interrupted append: re-run with --append to finish it"
-                           if self.partial.exists() else "")
-            raise RegionFeatureError(f"{self.path} already exists ({state}); pass --append (append=True) to add "
-                                     f"these inputs to it, or write to another output{interrupted}")
-        self._check_format(dim, stored, self.path)
-        return recorded
-
-    def _check_format(self, dim: int, stored: np.dtype, path: Path) -> None:
-        if dim != self.feature_dim or stored != self.dtype:
-            raise RegionFeatureError(f"{path}: existing file stores {dim}-d {stored} features, this writer "
-                                     f"was asked for {self.feature_dim}-d {self.dtype}; pass matching "
-                                     f"feature_dim/dtype (--feature-dim/--dtype) or write to a new path")
+        if self.append and not changed:
+            return recorded
+        rebuild = ("--overwrite (overwrite=True) to rebuild it from these inputs (the old store stays whole until "
+                   "the new one replaces it), or write a new store with another --output")
+        if self.append:
+            raise RegionFeatureError(f"{self.path}: cannot append with other options ({'; '.join(changed)}); "
+                                     f"append with the store's options, pass {rebuild}")
+        state = ("written by an earlier version without a completeness record" if legacy else
+                 f"{count} images from {describe(recorded)}")
+        new = unrecorded(recorded, self.sources)
+        differs = changed + ([f"inputs {describe(new)} not in it"] if new else [])
+        interrupted = (f"; {self.partial} holds an interrupted append: re-run with --append to finish it"
+                       if self.partial.exists() else "")
+        append = "" if changed else "--append (append=True) to add these inputs to it, "
+        raise RegionFeatureError(f"{self.path} already exists ({state})" + (f" and differs from this command: "
+                                 f"{'; '.join(differs)}" if differs else "") + f"; pass {append}{rebuild}{interrupted}")
 
     def _prepare(self, expected: List[Source], appending: bool) -> None:
         """Make the partial file: an empty one, or one holding the published file's images."""
         staging = staging_path(self.partial)
         if appending:
             with open_hdf5(self.path, "r") as published:
-                new_file(staging, self.feature_dim, self.dtype, self.chunk_rows, dumps(expected), source=published)
+                new_file(staging, self.feature_dim, self.dtype, self.chunk_rows, dumps(expected),
+                         json.dumps(self.options), source=published)
         else:
-            new_file(staging, self.feature_dim, self.dtype, self.chunk_rows, dumps(expected))
+            new_file(staging, self.feature_dim, self.dtype, self.chunk_rows, dumps(expected), json.dumps(self.options))
         replace(staging, self.partial)
         self._prepared_now = True
 
@@ -169,23 +252,23 @@ class RegionFeatureWriter:
         with open_killed(self.partial) as killed:
             features = killed[layout.FEATURES]
             new_file(staging, features.shape[1], features.dtype, features.chunks[0],
-                     killed[layout.SOURCES].asstr()[()], source=killed)
+                     killed[layout.SOURCES].asstr()[()], json.dumps(read_options(killed, self.partial)), source=killed)
         replace(staging, self.partial)
         return open_for_writing(self.partial)
 
-    def _resume(self, expected: List[Source]) -> None:
-        """Check the partial file against this writer and load its image ids and origins."""
+    def _mismatch(self, expected: List[Source]) -> Optional[str]:
+        """Why the partial file cannot be resumed by this writer (other inputs or options), or None."""
         file = self._file
-        dim = check_layout(file, self.partial)
-        self._check_format(dim, np.dtype(file[layout.FEATURES].dtype), self.partial)
+        check_layout(file, self.partial)
         recorded = read_sources(file, self.partial)
+        changed = differences(read_options(file, self.partial), self.options, self.partial.name)
         if recorded != expected:
-            raise RegionFeatureError(f"{self.partial}: an unfinished conversion of other inputs "
-                                     f"({describe(recorded)}); this one reads {describe(expected)}. Re-run the "
-                                     f"command that started it to finish it, or delete {self.partial} to start over")
-        file.attrs[layout.COMPLETE] = False  # in case a run stopped between marking it and renaming it
-        ids = file[layout.IMAGE_IDS][:].tolist()
-        self._origins = dict(zip(ids, file[layout.ORIGINS].asstr()[:].tolist()))
+            changed.append(f"it reads {describe(recorded)}, this command {describe(expected)}")
+        if not changed:
+            return None
+        return (f"{self.partial}: an unfinished conversion with other inputs or options ({'; '.join(changed)}). "
+                f"Re-run the command that started it to finish it, or start over with --overwrite (or by deleting "
+                f"{self.partial})")
 
     # --- adding images ---
 
@@ -198,17 +281,10 @@ class RegionFeatureWriter:
     def already_stored(self, image_id: int, origin: str, name: Optional[str] = None) -> bool:
         """Whether ``image_id`` is stored from ``origin`` (by an interrupted run: skip it).
 
-        An id stored from another place is a duplicate: an error naming both places (a
-        store keeps one image per id, so one of the two would be lost)."""
-        stored = self._origins.get(int(image_id))
-        if stored is None:
-            return False
-        if stored in (origin, ""):  # "": a file of layout version 1 recorded no origins
-            return True
-        what = f"image {name!r} (id {int(image_id)})" if name else f"image id {int(image_id)}"
-        raise RegionFeatureError(f"{self.path}: {what} appears twice, at {stored} and at {origin}; a store keeps "
-                                 f"one image per id, so one of them would be lost. Remove the duplicate from the "
-                                 f"inputs, or convert them into separate stores")
+        An id stored from another place is a duplicate (a store keeps one image per id, so one
+        of the two would be lost), and another id stored from ``origin`` a changed input:
+        errors naming both (``Origins.stored``)."""
+        return self._origins.stored(image_id, origin, name)
 
     def add(self, image_id: int, features: ArrayLike, boxes: ArrayLike, image_height: int, image_width: int,
             name: Optional[str] = None, origin: str = "") -> None:
@@ -223,7 +299,7 @@ class RegionFeatureWriter:
             raise RegionFeatureError(f"{where}: named {name!r}, whose numeric id is {numeric_id(name)}; "
                                      f"pass image_id=names.numeric_id(name)")
         if image_id in self._origins:
-            stored = self._origins[image_id]
+            stored = self._origins.get(image_id)
             raise RegionFeatureError(f"{where} is already stored{f' (from {stored})' if stored else ''}; skip "
                                      f"ids with `writer.already_stored(image_id, origin)`")
         features, boxes = _as_numpy(features), _as_numpy(boxes)
@@ -243,7 +319,7 @@ class RegionFeatureWriter:
             raise RegionFeatureError(f"{where}: boxes contain NaN or infinity")
         self._pending.append((image_id, stored, boxes.astype(np.float32), (int(image_height), int(image_width)),
                               name or "", origin))
-        self._origins[image_id] = origin
+        self._origins.add(image_id, origin)
         self._added_now += 1
         self._pending_rows += len(stored)
         if self._pending_rows >= self.buffer_rows:
@@ -326,7 +402,7 @@ def mark_complete(path: PathLike) -> int:
                                      f"re-run the command that started it to finish it")
         staging = staging_path(path)
         features = file[layout.FEATURES]
-        new_file(staging, features.shape[1], features.dtype, features.chunks[0], dumps([]), source=file,
-                 complete=True)
+        new_file(staging, features.shape[1], features.dtype, features.chunks[0], dumps([]),
+                 json.dumps(read_options(file, path)), source=file, complete=True)
     replace(staging, path)
     return count

@@ -190,10 +190,15 @@ def test_resuming_with_other_inputs_is_refused(tmp_path):
     path = tmp_path / "f.h5"
     _interrupted(path, [1], sources=[{"path": "/data/a.tsv", "format": "bottom-up-tsv", "bytes": 10}])
     other = [{"path": "/data/a.tsv", "format": "bottom-up-tsv", "bytes": 12}]
-    with pytest.raises(RegionFeatureError, match=r"f\.h5\.partial: an unfinished conversion of other inputs "
-                                                 r"\(/data/a\.tsv \(10 bytes\)\); this one reads /data/a\.tsv "
-                                                 r"\(12 bytes\)\. .*or delete .*f\.h5\.partial to start over"):
+    with pytest.raises(RegionFeatureError, match=r"f\.h5\.partial: an unfinished conversion with other inputs or "
+                                                 r"options \(it reads /data/a\.tsv \(10 bytes\), this command "
+                                                 r"/data/a\.tsv \(12 bytes\)\)\. .*start over with --overwrite \(or "
+                                                 r"by deleting .*f\.h5\.partial\)"):
         RegionFeatureWriter(path, feature_dim=DIM, sources=other).open()
+    with RegionFeatureWriter(path, feature_dim=DIM, sources=other, overwrite=True) as writer:
+        assert len(writer) == 0  # a rebuild starts over
+        _add(writer, 2)
+    assert RegionFeatureStore(path).sources == other and RegionFeatureStore(path).image_ids == [2]
 
 
 def test_an_id_from_two_places_is_an_error_naming_both(tmp_path):
@@ -206,15 +211,43 @@ def test_an_id_from_two_places_is_an_error_naming_both(tmp_path):
         with pytest.raises(RegionFeatureError, match=r"image id 7 \(b\.tsv, line 9\) is already stored \(from "
                                                      r"a\.tsv, line 3\)"):
             _add(writer, 7, origin="b.tsv, line 9")
+        with pytest.raises(RegionFeatureError, match=r"a\.tsv, line 3 holds image id 8, but image id 7 was stored "
+                                                     r"from there: the input changed since it was read"):
+            writer.already_stored(8, "a.tsv, line 3")
+
+
+def test_overwrite_rebuilds_a_store_that_stays_whole_until_replaced(tmp_path):
+    path = write_random_features(tmp_path / "f.h5", [1, 2], feature_dim=DIM)
+    before = path.read_bytes()
+    assert RegionFeatureStore(path).options == {"dtype": "float16", "feature_dim": DIM}
+    with RegionFeatureWriter(path, feature_dim=DIM, dtype="float32", overwrite=True) as writer:
+        assert len(writer) == 0
+        _add(writer, 3)
+        writer.flush()
+        assert path.read_bytes() == before and RegionFeatureStore(path).image_ids == [1, 2]
+    store = RegionFeatureStore(path)
+    assert store.image_ids == [3] and store.options == {"dtype": "float32", "feature_dim": DIM}
+    _assert_same(store[3], random_region_features(3, 36, DIM))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f.h5"]
+    with pytest.raises(ValueError, match="exclude each other"):
+        RegionFeatureWriter(path, append=True, overwrite=True)
+    (tmp_path / "other.h5").write_bytes(before)
+    with h5py.File(tmp_path / "other.h5", "a") as file:
+        file.attrs["format"] = "something else"
+    with pytest.raises(RegionFeatureError, match=r"other\.h5: an HDF5 file that is not a region-feature file"):
+        RegionFeatureWriter(tmp_path / "other.h5", feature_dim=DIM, overwrite=True).open()
 
 
 def test_writer_rejects_mismatched_resume(tmp_path):
     path = write_random_features(tmp_path / "f.h5", [1], feature_dim=DIM)
-    with pytest.raises(RegionFeatureError, match=r"16-d float16 features.*asked for 16-d float32"):
+    with pytest.raises(RegionFeatureError, match=r"f\.h5: cannot append with other options \(--dtype float16 in "
+                                                 r"f\.h5, float32 in this command\); .* --overwrite"):
         RegionFeatureWriter(path, feature_dim=DIM, dtype="float32", append=True).open()
     assert not layout.partial_path(path).exists()  # refused before copying
     partial = _interrupted(tmp_path / "g.h5", [1])
-    with pytest.raises(RegionFeatureError, match=r"g\.h5\.partial: existing file stores 16-d float16"):
+    with pytest.raises(RegionFeatureError, match=r"g\.h5\.partial: an unfinished conversion with other inputs or "
+                                                 r"options \(--feature-dim 16 in g\.h5\.partial, 17 in this "
+                                                 r"command\)"):
         RegionFeatureWriter(tmp_path / "g.h5", feature_dim=DIM + 1).open()
     assert partial.exists()
 
@@ -255,7 +288,7 @@ def test_a_killed_writer_leaves_only_its_committed_images(tmp_path):
     with pytest.raises(RegionFeatureError, match=r"f\.h5\.partial: not marked complete: .*with 4 images so far"):
         RegionFeatureStore(layout.partial_path(path))
     with RegionFeatureWriter(path, feature_dim=DIM) as writer:
-        assert sorted(writer._origins) == [0, 1, 2, 3]
+        assert len(writer) == 4 and all(image_id in writer for image_id in range(4))
         assert writer.already_stored(3, "in, line 3") and not writer.already_stored(4, "in, line 4")
         _add(writer, 4, "in, line 4")
     store = RegionFeatureStore(path)

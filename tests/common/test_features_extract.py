@@ -116,12 +116,19 @@ def test_extract_writes_the_selected_regions_and_resumes(tmp_path):
     selection = Selection(min_boxes=10, max_boxes=20)
     output = tmp_path / "out.h5"
     assert extract(images[:2], FakeDetector(), output, selection, feature_dim=DIM, dtype="float32",
-                   progress=False) == {"written": 2, "skipped": 0, "images": 2}
+                   progress=False) == {"written": 2, "skipped": 0, "images": 2, "unchanged": False}
     with pytest.raises(RegionFeatureError, match=r"out\.h5 already exists .*pass --append"):
         extract(images, FakeDetector(), output, selection, feature_dim=DIM, dtype="float32", progress=False)
+    with pytest.raises(RegionFeatureError, match=r"out\.h5: cannot append with other options \(--min-boxes 10 in "
+                                                 r"out\.h5, 36 in this command; --max-boxes 20 in out\.h5, 36 in this "
+                                                 r"command\)"):
+        extract(images, FakeDetector(), output, Selection(36, 36), feature_dim=DIM, dtype="float32", progress=False,
+                append=True)
     assert extract(images, FakeDetector(), output, selection, feature_dim=DIM, dtype="float32", progress=False,
-                   append=True) == {"written": 1, "skipped": 2, "images": 3}
+                   append=True) == {"written": 1, "skipped": 2, "images": 3, "unchanged": False}
     store = RegionFeatureStore(output)
+    assert store.options == {"dtype": "float32", "feature_dim": DIM, "min_boxes": 10, "max_boxes": 20,
+                             "conf_thresh": 0.2, "nms_thresh": 0.3}
     for image_id, path in images:
         image = load_image(path)
         proposals = FakeDetector().detect(image)
@@ -172,12 +179,18 @@ def test_interrupted_extraction_resumes_and_records_its_inputs(tmp_path):
         extract(images, StopsAfter(2), output, feature_dim=DIM, progress=False, sources=sources)
     assert not output.exists()
     assert extract(images, FakeDetector(), output, feature_dim=DIM, progress=False, sources=sources) == {
-        "written": 1, "skipped": 2, "images": 3}
+        "written": 1, "skipped": 2, "images": 3, "unchanged": False}
     store = RegionFeatureStore(output)
     assert store.image_names == [f"COCO_val2014_{i:012d}" for i in (1, 2, 3)]
     assert store.sources == [{"path": str(directory), "format": "images", "files": 3,
                               "bytes": sum(path.stat().st_size for _, path in images)}]
-    assert extract(images, FakeDetector(), output, feature_dim=DIM, progress=False, sources=sources)["written"] == 0
+    assert extract(images, FakeDetector(), output, feature_dim=DIM, progress=False, sources=sources) == {
+        "written": 0, "skipped": 3, "images": 3, "unchanged": True}
+    with pytest.raises(RegionFeatureError, match=r"out\.h5 already exists \(3 images from .*\) and differs from this "
+                                                 r"command: --max-boxes 100 in out\.h5, 50 in this command; pass "
+                                                 r"--overwrite"):
+        extract(images, FakeDetector(), output, Selection(max_boxes=50), feature_dim=DIM, progress=False,
+                sources=sources)
 
 
 def test_image_ids_come_from_whole_file_names(tmp_path):

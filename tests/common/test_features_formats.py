@@ -107,7 +107,7 @@ def test_interrupted_conversion_resumes(tmp_path, fixtures):
     assert_same(store[IDS[3]], expected(IDS[3]))
     entries, sources = readers(fixtures)["bottom-up-tsv"]
     assert convert(entries, output, sources, feature_dim=DIM, progress=False) == {
-        "written": 0, "skipped": 0, "images": 4, "unchanged": True}
+        "written": 0, "skipped": 4, "images": 4, "unchanged": True}
 
 
 def _rewrite(source, path, edit):
@@ -183,7 +183,8 @@ def test_a_bad_row_midway_publishes_nothing_and_keeps_the_work(tmp_path, fixture
     with pytest.raises(RegionFeatureError, match=r"bad\.tsv, line 3 \(image id 273052\): field 'boxes' .*\n.*"
                                                  r"out\.h5\.partial keeps the 2 images written so far\. A re-run "
                                                  r"resumes it only while the inputs are unchanged: once you have fixed "
-                                                 r"the input, delete it and re-run the command"):
+                                                 r"the input, re-run the command with --overwrite \(or delete it and "
+                                                 r"re-run\)"):
         convert(bottom_up_tsv.entries(path, DIM), output, [bottom_up_tsv.source(path)], feature_dim=DIM,
                 progress=False)
     assert not output.exists()
@@ -191,11 +192,12 @@ def test_a_bad_row_midway_publishes_nothing_and_keeps_the_work(tmp_path, fixture
         RegionFeatureStore(layout.partial_path(output))
     fixed = fixtures["bottom-up-tsv"].read_bytes()
     path.write_bytes(fixed)  # the input fetched again: another size, so the partial file is not resumed silently
-    with pytest.raises(RegionFeatureError, match=r"an unfinished conversion of other inputs .*delete .* to start over"):
+    with pytest.raises(RegionFeatureError, match=r"an unfinished conversion with other inputs or options .*start "
+                                                 r"over with --overwrite"):
         convert(bottom_up_tsv.entries(path, DIM), output, [bottom_up_tsv.source(path)], feature_dim=DIM,
                 progress=False)
-    layout.partial_path(output).unlink()
-    convert(bottom_up_tsv.entries(path, DIM), output, [bottom_up_tsv.source(path)], feature_dim=DIM, progress=False)
+    assert convert(bottom_up_tsv.entries(path, DIM), output, [bottom_up_tsv.source(path)], feature_dim=DIM,
+                   progress=False, overwrite=True)["written"] == 4
     assert RegionFeatureStore(output).image_ids == IDS
 
 
