@@ -1,8 +1,9 @@
 """Figures of ``graphattn.train`` runs: learning curves per seed, and accuracy over the seeds.
 
-``curves.png``: training loss and validation accuracy per epoch, one line per seed, a dot at
-each seed's snapshot epoch. ``accuracy.png``: the test and validation accuracy of every seed
-with the mean and +- one sample standard deviation, the numbers of ``results.json``.
+``curves.png``: training loss and validation accuracy per epoch, each seed a faint line, their
+mean +- one std, and a dot at each seed's chosen (snapshot) epoch, explained in a legend.
+``accuracy.png``: the test and validation accuracy of every seed with the mean and +- one sample
+standard deviation, the numbers of ``results.json``.
 :func:`plot_variant_accuracy`: the same spread for several variants and datasets side by side
 (``scripts/reproduce_gat_table.py`` writes it as ``table.png``).
 """
@@ -22,31 +23,54 @@ from common.utils import atomic_save_figure  # noqa: E402
 CURVE_PANELS = (("train/loss", "training loss (CE + weighted KL)"), ("val/acc", "validation accuracy"))
 
 
-def plot_seed_curves(histories: Mapping[int, Sequence[dict]], best_epochs: Mapping[int, int], path: Path,
-                     title: str = "") -> Path:
-    """One panel per :data:`CURVE_PANELS` entry, one line per seed (``histories[seed]`` are the
-    per-epoch rows of ``metrics.jsonl``); written to ``path``."""
-    fig, axes = plt.subplots(1, len(CURVE_PANELS), figsize=(5 * len(CURVE_PANELS), 3.6))
+def _series(rows: Sequence[dict], key: str) -> Dict[int, float]:
+    """``{epoch (1-based): value}`` of ``key`` in the rows of ``metrics.jsonl``."""
+    return {r["step"] + 1: r[key] for r in rows if isinstance(r.get(key), (int, float))}
+
+
+def seed_curves_figure(histories: Mapping[int, Sequence[dict]], best_epochs: Mapping[int, int], title: str = ""):
+    """One panel per :data:`CURVE_PANELS` entry (``histories[seed]``: the per-epoch rows of
+    ``metrics.jsonl``): every seed as a faint line, their mean +- one sample std over the epochs that
+    every seed ran (seeds stop early at different epochs), and a dot at each seed's chosen epoch, the
+    snapshot that is tested (``best_epochs``, 0-based)."""
+    fig, axes = plt.subplots(1, len(CURVE_PANELS), figsize=(5.5 * len(CURVE_PANELS), 3.8))
+    several = len(histories) > 1
+    seeds_label = f"{len(histories)} seeds, one colour each" if several else f"seed {next(iter(histories), '')}"
     for ax, (key, label) in zip(axes, CURVE_PANELS):
-        for seed, rows in histories.items():
-            points = [(r["step"] + 1, r[key]) for r in rows if isinstance(r.get(key), (int, float))]
-            if not points:
-                continue
-            epochs, values = zip(*points)
-            line, = ax.plot(epochs, values, linewidth=1, marker="o" if len(points) == 1 else None, markersize=3,
-                            label=f"seed {seed}")
+        curves = {seed: curve for seed, rows in histories.items() if (curve := _series(rows, key))}
+        dots = []
+        for i, (seed, curve) in enumerate(curves.items()):
+            color = f"C{i % 10}"
+            ax.plot(list(curve), list(curve.values()), color=color, linewidth=0.8 if several else 1.2,
+                    alpha=0.35 if several else 1.0, marker="o" if len(curve) == 1 else None, markersize=3,
+                    label=seeds_label if i == 0 else None)
             best = best_epochs.get(seed)
-            if key == "val/acc" and best is not None and best < len(values):
-                ax.plot([best + 1], [values[best]], "o", color=line.get_color(), markersize=4)
+            if best is not None and best + 1 in curve:
+                dots.append(ax.plot([best + 1], [curve[best + 1]], "o", color=color, markeredgecolor="black",
+                                    markersize=5, zorder=3)[0])
+        if dots:
+            dots[0].set_label("chosen epoch (its weights are tested)")
+        if len(curves) > 1:
+            shared = sorted(set.intersection(*(set(curve) for curve in curves.values())))
+            values = np.array([[curve[epoch] for epoch in shared] for curve in curves.values()])
+            mean, std = values.mean(0), values.std(0, ddof=1)
+            ax.fill_between(shared, mean - std, mean + std, color="black", alpha=0.15, linewidth=0,
+                            label="± 1 std over the seeds")
+            ax.plot(shared, mean, color="black", linewidth=1.6, label="mean (until the first seed stops)")
         ax.set_xlabel("epoch")
-        ax.set_title(label)
+        ax.set_ylabel(label)
         ax.grid(alpha=0.3)
-    if 1 < len(histories) <= 10:
-        axes[-1].legend(fontsize=7)
+    axes[-1].legend(fontsize=7)
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    return atomic_save_figure(fig, path)
+    return fig
+
+
+def plot_seed_curves(histories: Mapping[int, Sequence[dict]], best_epochs: Mapping[int, int], path: Path,
+                     title: str = "") -> Path:
+    """:func:`seed_curves_figure` written to ``path``."""
+    return atomic_save_figure(seed_curves_figure(histories, best_epochs, title), path)
 
 
 def _seed_spread(ax, groups: Mapping[str, Sequence[float]]) -> None:
