@@ -222,8 +222,8 @@ class RegionFeatureWriter:
                  f"{count} images from {describe(recorded)}")
         new = unrecorded(recorded, self.sources)
         differs = changed + ([f"inputs {describe(new)} not in it"] if new else [])
-        interrupted = (f"; {self.partial} holds an interrupted append: re-run with --append to finish it"
-                       if self.partial.exists() else "")
+        interrupted = (f"; {self.partial} holds an interrupted append or rebuild: re-run that command (with "
+                       f"--append or --overwrite) to finish it" if self.partial.exists() else "")
         append = "" if changed else "--append (append=True) to add these inputs to it, "
         raise RegionFeatureError(f"{self.path} already exists ({state})" + (f" and differs from this command: "
                                  f"{'; '.join(differs)}" if differs else "") + f"; pass {append}{rebuild}{interrupted}")

@@ -229,6 +229,17 @@ def test_overwrite_rebuilds_a_store_that_stays_whole_until_replaced(tmp_path):
     assert store.image_ids == [3] and store.options == {"dtype": "float32", "feature_dim": DIM}
     _assert_same(store[3], random_region_features(3, 36, DIM))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f.h5"]
+    with pytest.raises(KeyboardInterrupt):  # a rebuild interrupted: the old store stays, the next run resumes it
+        with RegionFeatureWriter(path, feature_dim=DIM, overwrite=True) as writer:
+            _add(writer, 4)
+            raise KeyboardInterrupt
+    assert RegionFeatureStore(path).image_ids == [3]
+    with pytest.raises(RegionFeatureError, match=r"f\.h5\.partial holds an interrupted append or rebuild: re-run "
+                                                 r"that command \(with --append or --overwrite\)"):
+        RegionFeatureWriter(path, feature_dim=DIM).open()
+    with RegionFeatureWriter(path, feature_dim=DIM, overwrite=True) as writer:
+        assert 4 in writer and len(writer) == 1
+    assert RegionFeatureStore(path).image_ids == [4]
     with pytest.raises(ValueError, match="exclude each other"):
         RegionFeatureWriter(path, append=True, overwrite=True)
     (tmp_path / "other.h5").write_bytes(before)
