@@ -165,7 +165,8 @@ class Trainer:
         # every pair lands in a batch (token_batches refuses a pair over the budget): no pair, no update
         within = f" with both sides within data.max_len={cfg.data.max_len} BPE units" if cfg.data.max_len else ""
         check_updates(len(self.train_data), f"data.train_split {cfg.data.train_split!r} has no pair{within}",
-                      "raise data.max_len (null keeps every pair)" if within else "prepare a dataset with training pairs")
+                      "raise data.max_len (null keeps every pair)" if within else
+                      "prepare a dataset with training pairs")
         self.valid_data = load_split(self.prepared, cfg.data.valid_split)
         if self.env.is_main:
             self._write_run_files()

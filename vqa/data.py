@@ -240,8 +240,9 @@ def split_inputs(cfg: DictConfig, name: str) -> List[Tuple[str, Optional[Path], 
     none for a split the config does not define (:func:`load_split` reports it)."""
     if name not in cfg.data.splits:
         return []
+    fixes = {"questions": VQA_FILES_FIX, "annotations": VQA_FILES_FIX, "features": FEATURES_FIX}
     return [(f"data.splits.{name}.{field}", data_path(cfg, cfg.data.splits[name][field]), fix)
-            for field, fix in (("questions", VQA_FILES_FIX), ("annotations", VQA_FILES_FIX), ("features", FEATURES_FIX))]
+            for field, fix in fixes.items()]
 
 
 def load_split(cfg: DictConfig, name: str) -> Tuple[List[dict], Optional[List[dict]], RegionFeatureStore]:
