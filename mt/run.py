@@ -19,7 +19,6 @@ from common.utils import Checkpointer
 
 from .bpe import BPE
 from .data import DataError, Prepared, ensure_prepared
-from .models import build_model
 
 
 class RunFiles:
@@ -67,6 +66,8 @@ def average_state_dicts(paths: List[Path]) -> Dict[str, torch.Tensor]:
 
 
 def new_model(cfg: dict, src_vocab: Vocabulary, tgt_vocab: Vocabulary) -> nn.Module:
+    from .models import build_model  # the models and their attention layers load only when a model is built
+
     return build_model(cfg["model"], len(src_vocab), len(tgt_vocab), src_vocab.pad, tgt_vocab.pad)
 
 

@@ -52,7 +52,6 @@ from .batching import Batch, collate, iterate_batches, token_batches
 from .config import load_config, to_dict
 from .data import DataError, ParallelData, Prepared, ensure_prepared, load_split
 from .evaluate import bleu_on_split
-from .plots import plot_curves
 from .run import RunFiles, load_model, new_model
 from .text import write_lines
 
@@ -380,6 +379,8 @@ def finish(trainer: Trainer, data_root: Path) -> dict:
         splits[split] = result
         console.say(f"{split}: BLEU {result['bleu']:.2f} (tokenised, lowercased) | "
                     f"SacreBLEU {result['sacrebleu']:.2f}")
+    from .plots import plot_curves  # matplotlib, only once there is something to plot
+
     curves = plot_curves(read_metrics(trainer.out_dir / "metrics.jsonl"), trainer.out_dir / "curves.png",
                          title=f"{cfg.preset} on {cfg.dataset}")
     p = trainer.progress

@@ -11,15 +11,24 @@ ROOT = Path(__file__).resolve().parents[1]
 #: Top-level packages a CLI may import only after its arguments and config have been checked.
 HEAVY_PACKAGES = ("torch_geometric", "transformers", "matplotlib", "scipy", "tensorboard")
 #: The modules that hold models and layers.
-MODEL_MODULES = ("graphattn.models", "graphattn.conv", "common.attention.bam", "common.attention.blocks")
+MODEL_MODULES = ("graphattn.models", "graphattn.conv", "mt.models", "common.attention.bam", "common.attention.blocks")
 #: CLI -> a config override it rejects (None: the CLI takes no config).
 CLIS = {
     "graphattn.train": "kl.weight=abc",
     "graphattn.evaluate": None,
     "mt.prepare": None,
+    "mt.train": "kl.weight=abc",
+    "mt.evaluate": None,
+    "mt.translate": None,
     "captioning.prepare": None,
     "vqa.score": None,
+    "vqa.train": "kl.weight=abc",
+    "vqa.evaluate": None,
+    "vqa.lxmert.train": "optim.name=sgd",
+    "vqa.lxmert.evaluate": None,
+    "vqa.lxmert.flops": None,
 }
+MODEL_MODULES += ("vqa.mcan", "vqa.lxmert.model", "vqa.lxmert.attention", "vqa.lxmert.adapt")
 
 
 def imported_modules(module: str, *args: str):
