@@ -3,13 +3,16 @@
     python scripts/extract_features.py val2014/ --output coco_val2014_adaptive.h5 \\
         --config-file faster_rcnn_R_101_C4_attr_caffemaxpool.yaml --weights faster_rcnn_from_caffe_attr.pkl \\
         [--min-boxes 10 --max-boxes 100 | --min-boxes 36 --max-boxes 36] [--conf-thresh 0.2] [--nms-thresh 0.3] \\
-        [--device cuda] [--dtype float16] [--append] [--opts KEY VALUE ...]
+        [--device cuda] [--dtype float16] [--append | --overwrite] [--opts KEY VALUE ...]
 
 Inputs are image files or directories of them; an image's id is ``names.numeric_id`` of its
 file name (COCO_val2014_000000273052.jpg -> 273052; see docs/features.md). Region selection
 is Anderson et al.'s (``common/features/extract.py``). The output is built in
 ``<output>.partial`` and renamed when every image is done; re-running the same command
-resumes it (images already stored are skipped). An existing output needs ``--append``.
+resumes it (images already stored are skipped), and does nothing when the output is complete,
+written with the same options from the same inputs. An existing output is otherwise refused,
+naming what differs: ``--append`` adds these images to it (same options only), ``--overwrite``
+builds a new one and renames it over the old, which stays whole until then. Errors exit with 2.
 Needs detectron2 (not on PyPI; the error says how to install it) and, in practice, a GPU.
 """
 from __future__ import annotations
@@ -20,9 +23,6 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from common.features import RegionFeatureError  # noqa: E402
-from common.features.extract import Selection, extract, image_files, image_sources  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -38,7 +38,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--nms-thresh", type=float, default=0.3)
     parser.add_argument("--feature-dim", type=int, default=2048)
     parser.add_argument("--dtype", default="float16", choices=("float16", "float32"))
-    parser.add_argument("--append", action="store_true", help="add these images to an existing output")
+    existing = parser.add_mutually_exclusive_group()
+    existing.add_argument("--append", action="store_true", help="add these images to an existing output")
+    existing.add_argument("--overwrite", action="store_true",
+                          help="rebuild an existing output from these images (it is replaced once the new one is "
+                               "complete)")
     parser.add_argument("--opts", nargs="*", default=[], help="detectron2 config overrides: KEY VALUE ...")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     return parser.parse_args(argv)
@@ -46,6 +50,10 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    # common.features (h5py, torch) only once the command line is parsed: --help and a bad option answer at once
+    from common.features import RegionFeatureError
+    from common.features.extract import Selection, extract, image_files, image_sources
+
     try:
         selection = Selection(args.min_boxes, args.max_boxes, args.conf_thresh, args.nms_thresh)
         images = image_files(args.inputs)
@@ -53,10 +61,10 @@ def main(argv=None) -> int:
         from common.features.detectron2_detector import Detectron2Detector
         detector = Detectron2Detector(args.config_file, args.weights, device=args.device, opts=args.opts)
         counts = extract(images, detector, args.output, selection, feature_dim=args.feature_dim, dtype=args.dtype,
-                         progress=not args.quiet, append=args.append, sources=sources)
+                         progress=not args.quiet, append=args.append, overwrite=args.overwrite, sources=sources)
     except (RegionFeatureError, ImportError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
-        return 1
+        return 2
     print(json.dumps({"output": str(args.output), **counts}))
     return 0
 

@@ -1,5 +1,6 @@
 """common.features.extract and scripts/extract_features.py, with a fake detector."""
 import importlib.util
+import json
 from pathlib import Path
 
 import numpy as np
@@ -213,16 +214,41 @@ def test_unreadable_image_names_the_file(tmp_path):
         load_image(tmp_path / "COCO_val2014_000000000001.jpg")
 
 
-def test_cli_explains_how_to_install_detectron2(tmp_path, capsys):
-    if importlib.util.find_spec("detectron2") is not None:
-        pytest.skip("detectron2 is installed: the missing-package message cannot be shown")
+def _script():
     spec = importlib.util.spec_from_file_location("extract_features", ROOT / "scripts" / "extract_features.py")
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
+    return script
+
+
+def test_cli_explains_how_to_install_detectron2(tmp_path, capsys):
+    if importlib.util.find_spec("detectron2") is not None:
+        pytest.skip("detectron2 is installed: the missing-package message cannot be shown")
     _write_images(tmp_path / "images", [1])
-    code = script.main([str(tmp_path / "images"), "--output", str(tmp_path / "o.h5"), "--config-file", "c.yaml",
-                        "--weights", "w.pkl", "--quiet"])
-    assert code == 1
+    code = _script().main([str(tmp_path / "images"), "--output", str(tmp_path / "o.h5"), "--config-file", "c.yaml",
+                           "--weights", "w.pkl", "--quiet"])
+    assert code == 2
     err = capsys.readouterr().err
     assert "detectron2 is not installed" in err and "pip install" in err
     assert not (tmp_path / "o.h5").exists()
+
+
+def test_cli_rebuilds_a_store_with_other_options_only_with_overwrite(tmp_path, capsys, monkeypatch):
+    pytest.importorskip("PIL")
+    monkeypatch.setattr("common.features.detectron2_detector.Detectron2Detector", lambda *a, **k: FakeDetector())
+    script, output = _script(), tmp_path / "out.h5"
+    argv = [str(_write_images(tmp_path / "images", [1, 2])), "--output", str(output), "--config-file", "c.yaml",
+            "--weights", "w.pkl", "--feature-dim", str(DIM), "--quiet"]
+    assert script.main(argv) == 0 and RegionFeatureStore(output).options["max_boxes"] == 100
+    capsys.readouterr()
+    assert script.main(argv + ["--max-boxes", "50"]) == 2
+    err = capsys.readouterr().err
+    assert "--max-boxes 100 in out.h5, 50 in this command" in err and "--overwrite" in err
+    assert RegionFeatureStore(output).options["max_boxes"] == 100  # the refused command left the store as it was
+    assert script.main(argv + ["--max-boxes", "50", "--overwrite"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"output": str(output), "written": 2, "skipped": 0, "images": 2,
+                                                   "unchanged": False}
+    assert RegionFeatureStore(output).options["max_boxes"] == 50 and not Path(f"{output}.partial").exists()
+    with pytest.raises(SystemExit) as exit_:
+        script.main(argv + ["--append", "--overwrite"])
+    assert exit_.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
