@@ -31,18 +31,18 @@ import torch
 from omegaconf import OmegaConf
 from torch.utils.data import DataLoader
 
-from common import attention
-from common.metrics import plot_reliability, ttest_uncertain
+from common import attention, metrics
 from common.text import Vocabulary
 from common.utils import Checkpointer, atomic_write_json, console, results_record, seed_everything
 from common.utils.cli import add_runtime_options, runtime_from
+from common.utils.paths import check_inputs
 from common.utils.runtime import DeviceError, Runtime
 
 from .answers import AnswerVocab, prep_answer
 from .data import QuestionEncoder, VQADataError, VQADataset
 from .evaluation import RULES, vqa_accuracy, write_submission
 from .answers import answers_of
-from .data import load_split
+from .data import load_split, split_inputs
 from .train import add_feature_noise, build_model, predict_logits
 
 
@@ -88,7 +88,7 @@ def mc_uncertainty(model, loader: DataLoader, answers: AnswerVocab, annotations:
             labels = [answers.index(prep_answer(annotations[q]["multiple_choice_answer"])) for q in ids]
             correct.append(torch.tensor([label == int(t) for label, t in zip(labels, top)]))
             confidence.append(mean.gather(1, top.unsqueeze(1)).squeeze(1).double())
-            uncertain.append(ttest_uncertain(scores, p_threshold))
+            uncertain.append(metrics.ttest_uncertain(scores, p_threshold))
     correct_t, uncertain_t, confidence_t = torch.cat(correct), torch.cat(uncertain), torch.cat(confidence)
     pavpu = float(((correct_t & ~uncertain_t) | (~correct_t & uncertain_t)).double().mean())
     return {"predictions": predictions, "pavpu": pavpu, "uncertain_fraction": float(uncertain_t.double().mean()),
@@ -113,6 +113,7 @@ def evaluate_run(run_dir: Path, split: Optional[str] = None, data_root: Optional
     runtime = runtime or Runtime(torch.device("cpu"))
     cfg, vocab, answers, model, epoch = load_run(run_dir, data_root)
     split = split or cfg.data.eval_split
+    check_inputs(split_inputs(cfg, split))  # every missing file of the split in one line
     questions, annotations, store = load_split(cfg, split)
     dataset = VQADataset(questions, annotations, store, answers, QuestionEncoder(vocab, cfg.data.max_question_len),
                          vocab.pad, cfg.data.max_regions)
@@ -138,7 +139,7 @@ def evaluate_run(run_dir: Path, split: Optional[str] = None, data_root: Optional
             mc = mc_uncertainty(model, loader, answers, by_question, mc_samples, mc_dropout, std, seed, p_threshold,
                                 runtime, progress)
             probs, targets = confidence_view(mc["confidence"], mc["correct"])
-            bins = plot_reliability(probs, targets, out.parent / f"reliability_{split}_{name}.png",
+            bins = metrics.plot_reliability(probs, targets, out.parent / f"reliability_{split}_{name}.png",
                                     title=f"MCAN {cfg.attention.name}, {split} {name}")
             condition["mc"] = {
                 "samples": mc_samples, "dropout": mc_dropout, "p_threshold": p_threshold,

@@ -26,7 +26,7 @@ import sys
 import time
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -41,13 +41,16 @@ from common.utils import (
 from common.utils.cli import overrides_from, training_parser
 from common.utils.config import check_resumable, at_least, layer_configs, packaged_config, to_dict
 from common.utils.distributed import DistEnv, all_reduce_mean, cleanup, shard_sampler, wrap_model
+from common.utils.paths import check_inputs
 from common.utils.runtime import DeviceError, Runtime
 
-from .answers import AnswerVocab
-from .answers import answers_of
-from .data import QuestionEncoder, VQADataError, VQADataset, build_question_vocab, data_path, load_glove, load_split
+from .answers import ANSWERS_FIX, AnswerVocab, answers_of
+from .data import (GLOVE_FIX, QuestionEncoder, VQADataError, VQADataset, build_question_vocab, data_path, load_glove,
+                   load_split, split_inputs)
 from .evaluation import vqa_accuracy, write_submission
-from .mcan import MCAN, MCANConfig
+
+if TYPE_CHECKING:  # the model is imported once the command line and config have been checked
+    from .mcan import MCAN
 
 CONFIG_NAME = "mcan_small.yaml"
 #: Config keys that may change between a run and its resumption (where files go, speed knobs).
@@ -68,6 +71,8 @@ def load_config(overrides: Sequence[str] = (), config_file: Optional[str] = None
 
 
 def build_model(cfg: DictConfig, vocab_size: int, num_answers: int, word_vectors: Optional[torch.Tensor] = None) -> MCAN:
+    from .mcan import MCAN, MCANConfig
+
     config = MCANConfig(vocab_size=vocab_size, num_answers=num_answers, attention=cfg.attention.name,
                         attention_options=dict(cfg.attention.options), **cfg.model)
     return MCAN(config, word_vectors)
@@ -140,6 +145,18 @@ def prepare_run(cfg: DictConfig, out_dir: Path, train_questions: Sequence[dict])
         return Vocabulary.load(out_dir / "question_vocab.json"), AnswerVocab.load(out_dir / "answers.json")
     answers = AnswerVocab.load(data_path(cfg, cfg.data.answers))
     return build_question_vocab(train_questions, cfg.data.min_word_count), answers
+
+
+def check_run_inputs(cfg: DictConfig, resuming: bool, fresh: bool) -> None:
+    """One error naming every input file of the run that is missing (answers, the splits' questions,
+    annotations and features, GloVe), each with its config key and fix. A resumed run (``config.json``
+    written) takes its answers from its own directory, and one with a checkpoint (not ``fresh``) its embeddings."""
+    splits = dict.fromkeys([*cfg.data.train_splits, *([cfg.data.eval_split] if cfg.data.eval_split else [])])
+    check_inputs([
+        ("data.answers", None if resuming else data_path(cfg, cfg.data.answers), ANSWERS_FIX),
+        *(entry for name in splits for entry in split_inputs(cfg, name)),
+        ("data.glove", data_path(cfg, cfg.data.glove) if fresh else None, GLOVE_FIX),
+    ])
 
 
 def save_run(cfg: DictConfig, out_dir: Path, vocab: Vocabulary, answers: AnswerVocab) -> None:
@@ -221,6 +238,9 @@ def run(cfg: DictConfig, progress: bool = True) -> Dict:
     env = runtime.env
     seed_everything(cfg.seed + env.rank, deterministic=cfg.train.deterministic)
     out_dir = default_out_dir(cfg)
+    checkpointer = Checkpointer(out_dir, keep=2)
+    fresh = not checkpointer.paths()  # a resumed model gets its embeddings from the checkpoint
+    check_run_inputs(cfg, resuming=(out_dir / "config.json").exists(), fresh=fresh)
 
     train_parts = [load_split(cfg, name) for name in cfg.data.train_splits]
     if any(annotations is None for _, annotations, _ in train_parts):
@@ -245,8 +265,6 @@ def run(cfg: DictConfig, progress: bool = True) -> Dict:
             eval_loader = DataLoader(eval_set, cfg.train.eval_batch_size, collate_fn=eval_set.collate,
                                      num_workers=cfg.train.num_workers, pin_memory=runtime.pin_memory)
 
-    checkpointer = Checkpointer(out_dir, keep=2)
-    fresh = not checkpointer.paths()  # a resumed model gets its embeddings from the checkpoint
     vectors = word_vectors(cfg, vocab, env) if cfg.data.glove and fresh else None
     model = build_model(cfg, len(vocab), len(answers), vectors).to(env.device)
     collect_kl = cfg.kl.weight > 0

@@ -6,12 +6,16 @@ LayerDrop over its three layer stacks, with every-other pruning at inference.
     python -m vqa.lxmert.train --variant span --pretrained <hf-dir>      # fine-tune
     python -m vqa.lxmert.evaluate runs/lxmert/span                 # evaluate, write a submission
 """
-from .adapt import Adaptation, LayerDropOptions, SpanOptions, adapt_lxmert, adaptive_attention, pruned_layers
-from .attention import AdaptiveLxmertAttention
-from .model import LoadReport, PretrainedError, build_vqa_model, head_parameters, load_vqa_model, vqa_loss
+from common.lazy import lazy_exports
 
-__all__ = [
-    "Adaptation", "AdaptiveLxmertAttention", "LayerDropOptions", "LoadReport", "PretrainedError", "SpanOptions",
-    "adapt_lxmert", "adaptive_attention", "build_vqa_model", "head_parameters", "load_vqa_model", "pruned_layers",
-    "vqa_loss",
-]
+#: Public names and their submodules, imported on first use (:mod:`common.lazy`): the CLIs answer
+#: ``--help`` and check their config before transformers and the model are loaded.
+_EXPORTS = {
+    **dict.fromkeys(("Adaptation", "LayerDropOptions", "SpanOptions", "adapt_lxmert", "adaptive_attention",
+                     "pruned_layers"), "adapt"),
+    "AdaptiveLxmertAttention": "attention",
+    **dict.fromkeys(("LoadReport", "PretrainedError", "build_vqa_model", "head_parameters", "load_vqa_model",
+                     "vqa_loss"), "model"),
+}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -8,7 +8,6 @@ from typing import Callable, Dict, List
 
 import torch
 from torch import Tensor
-from transformers import BertTokenizer
 
 from vqa.data import VQADataError
 
@@ -21,6 +20,8 @@ def bert_encoder(vocab_file: Path, max_words: int) -> Callable[[str], List[int]]
     """``question -> [CLS] word pieces [SEP]`` ids, at most ``max_words`` of them (LXMERT: 20)."""
     if not Path(vocab_file).is_file():
         raise VQADataError(f"BERT vocabulary {vocab_file} (data.vocab) does not exist; {VOCAB_FIX}")
+    from transformers import BertTokenizer
+
     # transformers 4 names the argument vocab_file, transformers 5 vocab
     argument = "vocab_file" if "vocab_file" in inspect.signature(BertTokenizer.__init__).parameters else "vocab"
     tokenizer = BertTokenizer(**{argument: str(vocab_file)})

@@ -19,7 +19,6 @@ from typing import Dict, Optional, Sequence
 import torch
 from omegaconf import OmegaConf
 from torch.utils.data import DataLoader
-from transformers import LxmertConfig
 
 from common.utils import Checkpointer, atomic_write_json, console, results_record
 from common.utils.cli import add_runtime_options, runtime_from
@@ -29,13 +28,16 @@ from vqa.data import VQADataError, VQADataset, data_path, load_split
 from vqa.evaluation import vqa_accuracy, write_submission
 
 from .data import bert_encoder
-from .model import build_vqa_model
 from .plots import plot_head_values
 from .train import adaptation_of, measure_flops, predict
 
 
 def load_run(run_dir: Path, data_root: Optional[str] = None):
     """The run's config (``data_root`` replaced when given), answers and model with its newest weights."""
+    from transformers import LxmertConfig
+
+    from .model import build_vqa_model
+
     for name in ("config.json", "lxmert_config.json", "answers.json"):
         if not (run_dir / name).is_file():
             raise FileNotFoundError(f"{run_dir / name} does not exist; the run directory must be an output directory of "

@@ -16,17 +16,18 @@ import argparse
 import sys
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Dict, Optional, Sequence
+from typing import TYPE_CHECKING, Dict, Optional, Sequence
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
-from transformers import LxmertConfig
 
 from common.utils import atomic_write_json, console, results_record
 
-from .adapt import Adaptation, LayerDropOptions, pruned_layers
-from .model import build_vqa_model
+if TYPE_CHECKING:  # transformers and the model are imported once the command line has been parsed
+    from transformers import LxmertConfig
+
+    from .adapt import LayerDropOptions
 
 NUM_ANSWERS = 3129
 
@@ -45,6 +46,8 @@ def dummy_inputs(config: LxmertConfig, batch: int = 1, words: int = 20, regions:
 def count_flops(model: torch.nn.Module, inputs: Dict[str, torch.Tensor],
                 prune: Optional[LayerDropOptions] = None) -> int:
     """FLOPs of one forward pass in eval mode, optionally with ``prune`` layers removed."""
+    from .adapt import pruned_layers
+
     model.eval()
     with (pruned_layers(model, prune) if prune is not None else nullcontext()):
         with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
@@ -54,6 +57,9 @@ def count_flops(model: torch.nn.Module, inputs: Dict[str, torch.Tensor],
 
 def flops_report(config: LxmertConfig, drop: LayerDropOptions, words: int = 20, regions: int = 36) -> Dict:
     """Full and pruned FLOPs of ``config``; the pruned model drops ``drop`` layers per stack."""
+    from .adapt import Adaptation
+    from .model import build_vqa_model
+
     torch.manual_seed(0)
     model = build_vqa_model(config, NUM_ANSWERS, Adaptation())
     inputs = dummy_inputs(config, words=words, regions=regions)
@@ -66,12 +72,21 @@ def flops_report(config: LxmertConfig, drop: LayerDropOptions, words: int = 20, 
             "reduction_percent": 100 * (1 - pruned / full)}
 
 
+def pretrained_shape() -> LxmertConfig:
+    """The pretrained LXMERT's shape: 9-5-5 layers, hidden 768, 12 heads."""
+    from transformers import LxmertConfig
+
+    return LxmertConfig()
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m vqa.lxmert.flops", description=__doc__.split("\n")[0])
     parser.add_argument("--out", help="also write the report (config, versions) to this JSON file")
     parser.add_argument("--drop", type=int, default=1, help="layers pruned per stack (the paper's p)")
     args = parser.parse_args(argv)
-    config = LxmertConfig()  # 9-5-5, hidden 768, 12 heads: the pretrained LXMERT's shape
+    from .adapt import LayerDropOptions
+
+    config = pretrained_shape()
     drop = LayerDropOptions(language=args.drop, vision=args.drop, cross=args.drop)
     report = flops_report(config, drop)
     print(f"LXMERT {report['layers']}: {report['flops_full'] / 1e9:.3f} GFLOPs; pruned to {report['pruned_layers']}: "

@@ -14,8 +14,6 @@ from typing import Dict, List, Optional, Tuple, Union
 
 from common.utils import read_metrics
 
-from .adapt import GROUP_TITLES
-
 YLABELS = {"span": "span zS", "alpha": "alpha"}
 
 
@@ -46,6 +44,8 @@ def plot_head_values(metrics: Union[str, Path], kind: str, out: Union[str, Path]
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    from .adapt import GROUP_TITLES
 
     groups = [g for g in GROUP_TITLES if any(label.startswith(g + ".") for label in series)]
     layers = {g: sorted(int(label.rsplit(".", 1)[1]) for label in series if label.rsplit(".", 1)[0] == g)

@@ -31,12 +31,11 @@ from contextlib import nullcontext
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from omegaconf import DictConfig, OmegaConf
 from torch.utils.data import DataLoader
-from transformers import LxmertConfig
 
 from common import attention
 from common.utils import (
@@ -50,13 +49,14 @@ from vqa.answers import AnswerVocab, answers_of
 from vqa.data import VQADataError, VQADataset, data_path, load_split
 from vqa.evaluation import vqa_accuracy, write_submission
 
-from .adapt import Adaptation, pruned_layers
 from .answer_head import load_answer_table, transfer_answer_head
 from .data import bert_encoder, model_inputs
 from .flops import count_flops, dummy_inputs
-from .model import PretrainedError, build_vqa_model, head_parameters, load_vqa_model, vqa_loss
 from .optim import OPTIMIZERS, build_optimizer
 from .plots import plot_head_values
+
+if TYPE_CHECKING:  # transformers and the model are imported once the command line and config have been checked
+    from .adapt import Adaptation
 
 CONFIG_NAME = "lxmert.yaml"
 #: keys that may change when a run is resumed (where files go, speed and logging knobs)
@@ -94,6 +94,8 @@ def default_out_dir(cfg: DictConfig) -> Path:
 
 
 def adaptation_of(cfg: DictConfig) -> Adaptation:
+    from .adapt import Adaptation
+
     return Adaptation.from_dict(to_dict(cfg.model.adaptation))
 
 
@@ -128,6 +130,10 @@ def check_run_inputs(cfg: DictConfig, resuming: bool) -> None:
 
 def prepare_model(cfg: DictConfig, out_dir: Path, answers: AnswerVocab, resuming: bool):
     """The adapted model and its load report (None when resuming or randomly initialised)."""
+    from transformers import LxmertConfig
+
+    from .model import build_vqa_model, load_vqa_model
+
     adaptation = adaptation_of(cfg)
     if resuming:  # the checkpoint holds every weight; the pretrained directory is not needed
         config = LxmertConfig.from_dict(json.loads((out_dir / "lxmert_config.json").read_text()))
@@ -147,6 +153,8 @@ def prepare_model(cfg: DictConfig, out_dir: Path, answers: AnswerVocab, resuming
 def predict(model, loader: DataLoader, runtime: Runtime, prune: bool, adaptation: Adaptation,
             progress: bool = True) -> Tuple[List[int], torch.Tensor]:
     """Question ids and answer logits of every question in ``loader`` (eval mode, pruned if asked)."""
+    from .adapt import pruned_layers
+
     model.eval()
     ids, logits = [], []
     context = pruned_layers(model, adaptation.layerdrop) if prune and adaptation.layerdrop.active else nullcontext()
@@ -182,6 +190,8 @@ def _batches(size: int, batch_size: int, seed: int, epoch: int) -> List[List[int
 def run(cfg: DictConfig, progress: bool = True) -> Dict:
     """Train (or resume) the run described by ``cfg``; returns its results record."""
     from common.utils.updates import full_batches
+
+    from .model import head_parameters, vqa_loss
 
     runtime = Runtime.create(cfg.device, cfg.train.precision, cfg.train.compile, threads=cfg.train.num_threads)
     device = runtime.device
@@ -356,7 +366,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         cfg = load_config(args.variant, overrides, args.config)
         results = run(cfg, progress=not args.no_progress)
-    except (VQADataError, PretrainedError, DeviceError, FileNotFoundError, ValueError) as err:
+    except (VQADataError, DeviceError, FileNotFoundError, ValueError) as err:  # PretrainedError is a ValueError
         print(f"error: {err}", file=sys.stderr)
         return 2
     final, out_dir = results["final_eval"], default_out_dir(cfg)

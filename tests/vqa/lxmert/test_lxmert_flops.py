@@ -52,7 +52,7 @@ def test_cli_writes_nothing_unless_asked(tmp_path, monkeypatch, capsys):
 
     from vqa.lxmert import flops
 
-    monkeypatch.setattr(flops, "LxmertConfig", lambda: tiny_config(l_layers=2, r_layers=2, x_layers=2))
+    monkeypatch.setattr(flops, "pretrained_shape", lambda: tiny_config(l_layers=2, r_layers=2, x_layers=2))
     monkeypatch.chdir(tmp_path)
     assert flops.main([]) == 0
     assert "GFLOPs" in capsys.readouterr().out and list(tmp_path.iterdir()) == []

@@ -13,6 +13,7 @@ from vqa.data import VQADataset, load_annotations, load_questions
 from vqa.evaluation import question_accuracy, vqa_accuracy
 from vqa.lxmert import Adaptation, build_vqa_model, vqa_loss
 from vqa.lxmert import evaluate as lxmert_evaluate
+from vqa.lxmert import model as lxmert_model
 from vqa.lxmert import train as lxmert_train
 from vqa.lxmert.data import bert_encoder, model_inputs
 
@@ -125,7 +126,7 @@ def test_ctrl_c_exits_130_with_a_resume_hint_and_the_rerun_resumes(vqa_root, tmp
     root, _, _ = vqa_root
     out = tmp_path / "run"
     argv = _train_args(root, out, "train.epochs=2")
-    restore = ctrl_c_on_call(lxmert_train, "vqa_loss", 6)  # 32 questions / batches of 8: 4 updates an epoch
+    restore = ctrl_c_on_call(lxmert_model, "vqa_loss", 6)  # 32 questions / batches of 8: 4 updates an epoch
     assert lxmert_train.main(argv) == 130
     err = capsys.readouterr().err
     assert err.rstrip().endswith("interrupted at epoch 2/2 update 1/4; re-run the same command to resume")
