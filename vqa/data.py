@@ -46,6 +46,9 @@ class VQADataError(ValueError):
 VQA_FILES_FIX = ("download the official VQA v2 files from https://visualqa.org/download.html into <data-root>/vqa/ "
                  "(or set the path in the config)")
 FEATURES_FIX = "convert bottom-up features with scripts/convert_features.py or set the path"
+#: Where a missing GloVe file comes from.
+GLOVE_FIX = ("download glove.840B.300d.txt (or another GloVe text file) and set data.glove to its path, or "
+             "data.glove=null to train embeddings from scratch")
 
 
 def _read_json(path: PathLike, what: str, key: str) -> List[dict]:
@@ -124,9 +127,7 @@ def load_glove(path: PathLike, vocab: Vocabulary) -> tuple[torch.Tensor, float]:
     """
     path = Path(path)
     if not path.is_file():
-        raise VQADataError(f"GloVe file {path} does not exist; download glove.840B.300d.txt (or another "
-                           f"GloVe text file) and set data.glove to its path, or data.glove=null to train "
-                           f"embeddings from scratch")
+        raise VQADataError(f"GloVe file {path} does not exist; {GLOVE_FIX}")
     wanted = {t: i for i, t in enumerate(vocab.tokens)}
     matrix, found, dim = None, 0, None
     with open(path, encoding="utf-8", errors="replace") as f:

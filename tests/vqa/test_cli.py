@@ -78,6 +78,12 @@ def test_train_resume_and_evaluate(vqa_fixture, tmp_path, capsys):
         f"  {tmp_path / name}" for name in ("val_clean_results.json", "reliability_val_clean.png",
                                             "val_noise_3_results.json", "reliability_val_noise_3.png")]
     assert report["conditions"]["clean"]["accuracy"]["overall"] == second["final_eval"]["overall"]
+
+    (tmp_path / "empty").mkdir()  # the run's split without its data: every missing file in one line
+    assert vqa_evaluate.main([str(out), "--data-root", str(tmp_path / "empty"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and all(f"(data.splits.val.{field})" in err
+                                        for field in ("questions", "annotations", "features"))
     noisy = report["conditions"]["noise_3"]
     assert noisy["noise_std"] == 3.0 and load_submission(noisy["results_file"]) != load_submission(
         report["conditions"]["clean"]["results_file"])
@@ -102,10 +108,18 @@ def test_resuming_with_another_config_is_refused(vqa_fixture, tmp_path, capsys):
     assert code == 2 and "holds a run with a different config" in capsys.readouterr().err
 
 
-def test_missing_data_is_a_clear_error_and_leaves_no_run_folder(tmp_path, capsys):
-    code = vqa_train.main(["--data-root", str(tmp_path), "--out", str(tmp_path / "run"), "--epochs", "1"])
+def test_without_data_one_line_names_every_missing_input_and_leaves_no_run_folder(tmp_path, capsys):
+    glove = tmp_path / "glove.txt"
+    code = vqa_train.main(["--data-root", str(tmp_path), "--out", str(tmp_path / "run"), "--epochs", "1",
+                           f"data.glove={glove}"])
     err = capsys.readouterr().err
-    assert code == 2 and "v2_OpenEnded_mscoco_train2014_questions.json does not exist" in err
+    assert code == 2 and err.startswith("error: ") and err.count("\n") == 1
+    for key in ("data.answers", "data.glove", *(f"data.splits.{split}.{field}" for split in ("train", "val")
+                                                for field in ("questions", "annotations", "features"))):
+        assert f" ({key})" in err
+    assert f"{tmp_path}/vqa/v2_OpenEnded_mscoco_train2014_questions.json (data.splits.train.questions)" in err
+    assert f"{glove} (data.glove) does not exist: download glove.840B.300d.txt" in err
+    assert "https://visualqa.org/download.html" in err and "scripts/convert_features.py" in err
     assert not (tmp_path / "run").exists()
     assert vqa_train.main(["--data-root", str(tmp_path), "model.hiden=3"]) == 2
     assert "model.hiden" in capsys.readouterr().err
@@ -127,7 +141,7 @@ def test_a_failed_start_writes_no_run_files_that_would_block_the_fixed_rerun(vqa
     out = tmp_path / "run"
     args = ["--data-root", str(vqa_fixture.root), "--out", str(out), "--epochs", "1", "--no-progress", *SMALL]
     assert vqa_train.main([*args, f"data.glove={tmp_path / 'glove.txt'}"]) == 2
-    assert "glove.txt does not exist" in capsys.readouterr().err and not out.exists()
+    assert "glove.txt (data.glove) does not exist" in capsys.readouterr().err and not out.exists()
     assert vqa_train.main(args) == 0  # another data.glove: not refused as a different run
 
 
