@@ -185,8 +185,15 @@ class Trainer:
                                               map_location=runtime.device, scaler=runtime.scaler)
         self.progress = {"step": 0, "epoch": 0, "batch": 0, "best": None, "best_step": None, "bad": 0,
                          "train_seconds": 0.0, "done": False, "validated": None}
+        #: The update of the newest checkpoint, and that checkpoint's path when Ctrl-C wrote it.
+        self.saved_step: Optional[int] = None
+        self.interrupted_checkpoint: Optional[Path] = None
         if state is not None:
-            self.progress.update(state["extra"])
+            extra = dict(state["extra"])
+            if extra.pop("interrupted", False):
+                self.interrupted_checkpoint = self.checkpointer.paths()[-1]
+            self.progress.update(extra)
+            self.saved_step = self.progress["step"]
             if self.env.is_main:
                 console.say(f"resuming {out_dir} from update {self.progress['step']} (epoch {self.epoch_number()}, "
                             f"batch {self.progress['batch']})")
@@ -210,18 +217,46 @@ class Trainer:
 
     def run(self) -> None:
         """Train until ``max_steps``, ``max_epochs``, ``max_minutes`` or the patience runs out; a run that stops between
-        two validations validates (and checkpoints) its last update, so no run ends without ``best.pt``."""
+        two validations validates (and checkpoints) its last update, so no run ends without ``best.pt``.
+
+        Ctrl-C lets the current update (with its logging and validation) finish, checkpoints it and re-raises; the
+        same command then resumes from that update exactly. A second Ctrl-C stops at once, and the rerun resumes
+        from the checkpoint before."""
         cfg, p = self.cfg.train, self.progress
         logger = MetricsLogger(self.out_dir, enabled=self.env.is_main)
         self.model.train()
         try:
             while not p["done"] and p["epoch"] < cfg.max_epochs and p["step"] < cfg.max_steps:
                 self._epoch(logger)
-            if p["validated"] != p["step"]:
-                self._validate(logger)
-            p["done"] = True
+            with console.finish_first("the last validation"):
+                if p["validated"] != p["step"]:
+                    self._validate(logger)
+                p["done"] = True
+        except console.InterruptedMidway:
+            if self.env.is_main:
+                console.say(f"stopped inside update {p['step']}: the rerun resumes from update {self.saved_step or 0}")
+            raise
+        except KeyboardInterrupt:
+            if self.env.is_main and p["step"] not in (0, self.saved_step):
+                path = self._checkpoint(interrupted=True)
+                console.say(f"update {p['step']} saved to {path}")
+            raise
         finally:
             logger.close()
+
+    def _checkpoint(self, interrupted: bool = False) -> Path:
+        """Checkpoint the current update. One written on Ctrl-C is deleted by the next checkpoint, so that
+        ``keep_checkpoints`` and checkpoint averaging see the checkpoints of a run that was never interrupted."""
+        p = self.progress
+        path = self.checkpointer.save(p["step"], self.model, self.optimizer, self.schedule,
+                                      extra={**p, "interrupted": interrupted}, scaler=self.runtime.scaler, prune=False)
+        if self.interrupted_checkpoint not in (None, path):
+            self.interrupted_checkpoint.unlink(missing_ok=True)
+        self.interrupted_checkpoint = path if interrupted else None
+        if not interrupted:
+            self.checkpointer.prune()
+        self.saved_step = p["step"]
+        return path
 
     def _collate(self, indices: List[int]) -> Batch:
         return collate(self.train_data.src, self.train_data.tgt, indices, self.src_pad, self.tgt_pad,
@@ -269,41 +304,49 @@ class Trainer:
                                desc=f"epoch {p['epoch'] + 1} update", enabled=cfg.train.progress and env.is_main)
         window = {"ce_sum": 0.0, "weighted_kl": 0.0, "kl": 0.0, "tokens": 0}
         tick = time.perf_counter()
-        for position, mine in round_robin(batches, env, start=p["batch"], per_process=cfg.batching.update_freq):
-            p["step"] += 1
-            bar.update()
-            p["batch"] = position
-            lr = self.schedule.before_update(p["step"])
-            kl_weight = self.kl(p["step"])
-            for out in self._update([self._collate(indices) for indices in mine], kl_weight,
-                                    fallback=batches[position - 1]):
-                # summed on the device, read at the log step (a read per update would synchronise the host)
-                tokens, kl = out["tokens"].detach(), out["kl"].detach()
-                window["ce_sum"] = window["ce_sum"] + out["ce_sum"].detach()
-                window["weighted_kl"] = window["weighted_kl"] + kl_weight * kl * tokens
-                window["kl"] = window["kl"] + kl * tokens
-                window["tokens"] = window["tokens"] + tokens
-            if p["step"] % cfg.train.log_every == 0:
-                now = time.perf_counter()
-                p["train_seconds"] += now - tick
-                self._log_window(logger, window, lr, kl_weight, now - tick)
-                window = {k: 0 for k in window}
-                tick = now
-                if cfg.train.max_minutes and self._out_of_time():
-                    p["done"] = True
-            if cfg.train.eval_every and p["step"] % cfg.train.eval_every == 0:
-                p["train_seconds"] += time.perf_counter() - tick
-                self._validate(logger)
-                tick = time.perf_counter()
-            if p["done"] or p["step"] >= cfg.train.max_steps:
-                break
+        try:
+            for position, mine in round_robin(batches, env, start=p["batch"], per_process=cfg.batching.update_freq):
+                with console.finish_first(f"update {p['step'] + 1}"):
+                    p["step"] += 1
+                    bar.update()
+                    p["batch"] = position
+                    lr = self.schedule.before_update(p["step"])
+                    kl_weight = self.kl(p["step"])
+                    for out in self._update([self._collate(indices) for indices in mine], kl_weight,
+                                            fallback=batches[position - 1]):
+                        # summed on the device, read at the log step (a read per update would synchronise the host)
+                        tokens, kl = out["tokens"].detach(), out["kl"].detach()
+                        window["ce_sum"] = window["ce_sum"] + out["ce_sum"].detach()
+                        window["weighted_kl"] = window["weighted_kl"] + kl_weight * kl * tokens
+                        window["kl"] = window["kl"] + kl * tokens
+                        window["tokens"] = window["tokens"] + tokens
+                    if p["step"] % cfg.train.log_every == 0:
+                        now = time.perf_counter()
+                        p["train_seconds"] += now - tick
+                        self._log_window(logger, window, lr, kl_weight, now - tick)
+                        window = {k: 0 for k in window}
+                        tick = now
+                        if cfg.train.max_minutes and self._out_of_time():
+                            p["done"] = True
+                    if cfg.train.eval_every and p["step"] % cfg.train.eval_every == 0:
+                        p["train_seconds"] += time.perf_counter() - tick
+                        self._validate(logger)
+                        tick = time.perf_counter()
+                    if p["done"] or p["step"] >= cfg.train.max_steps:
+                        break
+        except console.InterruptedMidway:
+            raise
+        except KeyboardInterrupt:
+            p["train_seconds"] += time.perf_counter() - tick  # the time since the last log, kept in the checkpoint
+            raise
         bar.close()
-        p["train_seconds"] += time.perf_counter() - tick
-        if p["batch"] >= len(batches):
-            p["epoch"] += 1
-            p["batch"] = 0
-            if not cfg.train.eval_every:
-                self._validate(logger)
+        with console.finish_first("the end of the epoch"):
+            p["train_seconds"] += time.perf_counter() - tick
+            if p["batch"] >= len(batches):
+                p["epoch"] += 1
+                p["batch"] = 0
+                if not cfg.train.eval_every:
+                    self._validate(logger)
 
     def _out_of_time(self) -> bool:
         """Whether any process has trained for ``train.max_minutes`` (all of them stop together)."""
@@ -360,8 +403,7 @@ class Trainer:
         console.say(f"update {p['step']} epoch {self.epoch_number()}: val ppl {ppl:.2f} greedy BLEU {bleu:.2f}"
                     f"{' (best)' if improved else ''} | lr {self.schedule.lr(max(p['step'], 1)):.2e} | "
                     f"{p['train_seconds']:.0f}s training")
-        self.checkpointer.save(p["step"], self.model, self.optimizer, self.schedule, extra=dict(p),
-                               scaler=self.runtime.scaler)
+        self._checkpoint()
 
 
 def finish(trainer: Trainer, data_root: Path) -> dict:

@@ -82,7 +82,9 @@ class Checkpointer:
         scheduler: Optional[Any] = None,
         extra: Optional[Dict[str, Any]] = None,
         scaler: Optional[torch.amp.GradScaler] = None,
+        prune: bool = True,
     ) -> Path:
+        """Write ``step_<step>.pt`` atomically; then, unless ``prune`` is False, :meth:`prune`."""
         state = {
             "step": int(step),
             "model": _unwrap(model).state_dict(),
@@ -94,9 +96,14 @@ class Checkpointer:
         if scaler is not None and scaler.is_enabled():
             state["scaler"] = scaler.state_dict()
         path = atomic_save(state, self.dir / f"step_{step}.pt")
+        if prune:
+            self.prune()
+        return path
+
+    def prune(self) -> None:
+        """Delete all but the newest ``keep`` checkpoints."""
         for old in self.paths()[: -self.keep]:
             old.unlink()
-        return path
 
     def load_latest(
         self,

@@ -20,14 +20,17 @@
 * :func:`say` prints through ``tqdm.write`` (stderr), which lifts live bars out of the way.
 * :func:`interruptible` turns Ctrl-C into one line naming the innermost live bar
   (``interrupted at Cora softmax seeds 3/10, seed 3 epoch 41/100; re-run the same command to resume``) and the
-  exit status 130 of a shell's SIGINT convention.
+  exit status 130 of a shell's SIGINT convention. Inside :func:`finish_first` a Ctrl-C waits for the block
+  (a training update) to end, so that the loop can checkpoint a consistent state; a second one stops at once.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence, Union
@@ -206,6 +209,39 @@ def files_written(paths: Sequence[Union[str, Path]], title: str = "files written
     for path in existing:
         print(f"  {_shown(path)}{'/' if path.is_dir() else ''}")
     sys.stdout.flush()
+
+
+class InterruptedMidway(KeyboardInterrupt):
+    """A second Ctrl-C inside :func:`finish_first`: the block stopped before its end."""
+
+
+@contextlib.contextmanager
+def finish_first(what: str = "the current update") -> Iterator[None]:
+    """Run the block whole: a Ctrl-C (SIGINT) that arrives inside it is held and raised as the block ends,
+    so that the state the block changes is never left half-updated; a second Ctrl-C raises
+    :class:`InterruptedMidway` at once. Outside the main thread, or where SIGINT is ignored, it does nothing."""
+    previous = signal.getsignal(signal.SIGINT)
+    if previous in (None, signal.SIG_IGN) or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: List[Any] = []
+
+    def hold(signum, frame):
+        if pending:
+            raise InterruptedMidway
+        pending.append(frame)
+        with contextlib.suppress(OSError):  # os.write: a print here could re-enter a write in progress
+            os.write(2, f"\nCtrl-C: stopping after {what} (Ctrl-C again to stop at once)\n".encode())
+
+    signal.signal(signal.SIGINT, hold)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if pending:
+        if callable(previous):
+            previous(signal.SIGINT, pending[0])
+        raise KeyboardInterrupt
 
 
 def interruptible(main: Callable[..., int]) -> Callable[..., int]:

@@ -3,6 +3,8 @@ import json
 import os
 import signal
 
+import torch
+
 from common.utils import console, read_metrics
 from mt import train
 
@@ -33,24 +35,62 @@ def test_a_run_stopping_between_validations_validates_its_last_update(tiny_root,
         "test_2016_flickr.hyp.txt"}
 
 
-def test_ctrl_c_exits_130_with_a_resume_hint_and_the_rerun_resumes(tiny_root, tmp_path, capsys, monkeypatch):
-    out = tmp_path / "run"
-    monkeypatch.setenv(console.PROGRESS_SECONDS_ENV, "3600")
+def interrupt_at(monkeypatch, step, signals=1):
+    """Send ``signals`` SIGINTs while update ``step`` logs (inside the update, so the first one is held)."""
     log_window = train.Trainer._log_window
 
-    def interrupt_at_update_5(self, *a, **k):
+    def log_and_interrupt(self, *a, **k):
         log_window(self, *a, **k)
-        if self.progress["step"] == 5:
-            os.kill(os.getpid(), signal.SIGINT)
+        if self.progress["step"] == step:
+            for _ in range(signals):
+                os.kill(os.getpid(), signal.SIGINT)
 
-    monkeypatch.setattr(train.Trainer, "_log_window", interrupt_at_update_5)
-    command = args(tiny_root, tmp_path, out, 6) + ["train.progress=true"]
+    monkeypatch.setattr(train.Trainer, "_log_window", log_and_interrupt)
+
+
+def history(out):
+    """Every logged value but the timings, per update."""
+    timings = {"tokens_per_second", "train_seconds", "val_seconds"}
+    return [{k: v for k, v in m.items() if k not in timings} for m in read_metrics(out / "metrics.jsonl")]
+
+
+def test_ctrl_c_checkpoints_the_current_update_and_the_rerun_equals_a_run_never_interrupted(
+        tiny_root, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv(console.PROGRESS_SECONDS_ENV, "3600")
+    # 13 updates over two epochs of 10 batches, validations at 3, 6, 9, 12 and 13; dropout and BAM sampling draw
+    # random numbers, so an exact match needs the generators' states too
+    extra = ["train.progress=true", "model.normalizer=bam-wc", "kl.weight=0.5"]
+    straight, out = tmp_path / "straight", tmp_path / "run"
+    assert train.main(args(tiny_root, tmp_path, straight, 13) + extra) == 0
+    command = args(tiny_root, tmp_path, out, 13) + extra
+    interrupt_at(monkeypatch, 5)
     assert train.main(command) == 130
     err = capsys.readouterr().err
-    assert err.rstrip().endswith("interrupted at epoch 1 update 5/6; re-run the same command to resume")
+    assert err.rstrip().endswith("interrupted at epoch 1 update 5/10; re-run the same command to resume")
+    assert f"update 5 saved to {out / 'checkpoints' / 'step_5.pt'}" in err
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step_3.pt", "step_5.pt"]
     assert not (out / "results.json").exists()
     monkeypatch.undo()
     assert train.main(command) == 0
-    captured = capsys.readouterr()
-    assert "resuming" in captured.err and "from update 3" in captured.err
-    assert json.loads((out / "results.json").read_text())["updates"] == 6
+    assert "from update 5 (epoch 1, batch 5)" in capsys.readouterr().err
+    assert history(out) == history(straight)
+    # the Ctrl-C checkpoint went with the next one: the same checkpoints as the straight run, the same weights
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step_12.pt", "step_13.pt", "step_9.pt"]
+    a, b = (torch.load(run / "checkpoints/step_13.pt", weights_only=False) for run in (straight, out))
+    for name in a["model"]:
+        torch.testing.assert_close(a["model"][name], b["model"][name], rtol=0, atol=0)
+    torch.testing.assert_close(a["optimizer"]["state"], b["optimizer"]["state"], rtol=0, atol=0)
+    assert json.loads((out / "results.json").read_text())["updates"] == 13
+
+
+def test_a_second_ctrl_c_stops_inside_the_update_and_the_rerun_resumes_from_the_checkpoint_before(
+        tiny_root, tmp_path, capsys, monkeypatch):
+    out = tmp_path / "run"
+    command = args(tiny_root, tmp_path, out, 6)
+    interrupt_at(monkeypatch, 5, signals=2)
+    assert train.main(command) == 130
+    assert "stopped inside update 5: the rerun resumes from update 3" in capsys.readouterr().err
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step_3.pt"]
+    monkeypatch.undo()
+    assert train.main(command) == 0
+    assert "from update 3" in capsys.readouterr().err
