@@ -8,6 +8,8 @@ Source files under the data root (``--data-root``, default ``$ATTN_DATA_ROOT``):
   ``prepare-iwslt14.sh`` (already tokenised and lowercased; ``python -m mt.prepare iwslt14``
   makes it from the TED release).
 
+The ``demo`` corpus needs no data root: :mod:`mt.fixtures` writes it into ``<cache>/mt/demo`` on first use.
+
 A prepared directory (default ``<cache>/mt/<dataset>-bpe<merges>``; never inside the data root) holds
 ``<split>.tok.<lang>`` (tokenised, lowercased: the BLEU references), ``<split>.raw.<lang>``
 (untokenised: the SacreBLEU references; Moses-detokenised when only tokenised text exists),
@@ -43,8 +45,14 @@ class CorpusSpec:
     tokenised: bool          # files are already Moses-tokenised and lowercased
     num_merges: int
     missing_hint: str = ""
+    fixture: bool = False    # written by mt.fixtures into the cache on first use, not read from the data root
 
     def source_dir(self, root: Path) -> Path:
+        """The corpus directory under the data ``root``; for a fixture corpus, ``<cache>/<subdir>``, written first."""
+        if self.fixture:
+            from .fixtures import demo_corpus
+
+            return demo_corpus(cache_dir() / self.subdir)
         return Path(root) / self.subdir
 
     def path(self, base: Path, split: str, lang: str) -> Path:
@@ -71,6 +79,8 @@ CORPORA: Dict[str, CorpusSpec] = {
         missing_hint=("make it with `python -m mt.prepare iwslt14` (fairseq's prepare-iwslt14.sh: it downloads "
                       "de-en.tgz when online, or reads it from <data-root>/mt/iwslt14_de_en/de-en.tgz)"),
     ),
+    "demo": CorpusSpec(name="demo", subdir="mt/demo", src="de", tgt="en", train="train",
+                       splits=("train", "val", "test"), tokenised=False, num_merges=100, fixture=True),
 }
 
 

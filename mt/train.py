@@ -1,6 +1,7 @@
 """Train a translation model; resume, validate, select, average and test it.
 
     python -m mt.train --preset lstm-cpu [--out runs/mt/x] [key=value ...]
+    python -m mt.train --preset demo             # no data needed: a toy corpus, under a minute on a CPU
     python -m mt.train --preset transformer-cpu model.encoder_attention.cross_layer='{kind: predictive, alpha: 0.1}'
 
 Loss: label-smoothed cross-entropy per target token (+ the weighted BAM KL when a BAM
@@ -442,7 +443,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                              out_help="run directory (default: out_dir or runs/mt/<dataset>/<preset>)")
     parser.add_argument("--preset", default="lstm-cpu",
                         help="mt/configs/<preset>.yaml: lstm, lstm-cpu, transformer-lite, transformer-base, "
-                             "transformer-cpu")
+                             "transformer-cpu, or demo (a toy corpus written on the fly, a minute on a CPU)")
     args = parser.parse_intermixed_args(argv)
     try:
         cfg = load_config(args.preset, overrides_from(args, {"train.progress": False if args.no_progress else None},

@@ -5,6 +5,7 @@ import json
 import pytest
 import torch
 
+from common.utils.paths import CACHE_ENV, DATA_ROOT_ENV
 from mt import evaluate, train, translate
 from mt.run import average_state_dicts
 
@@ -92,3 +93,17 @@ def test_training_data_that_leaves_no_pair_is_an_error_not_a_run_that_trains_not
         "error: an epoch would make no update: data.train_split 'train' has no pair with both sides within "
         "data.max_len=2 BPE units; raise data.max_len (null keeps every pair)")
     assert not out.exists()
+
+
+def test_the_demo_runs_end_to_end_without_data(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.delenv(DATA_ROOT_ENV, raising=False)
+    out = tmp_path / "demo"
+    assert train.main(["--preset", "demo", "--out", str(out), "train.max_steps=4", "train.progress=false"]) == 0
+    assert (tmp_path / "cache/mt/demo/raw/train.de.gz").is_file()  # the toy corpus, written on first use
+    assert json.loads((tmp_path / "cache/mt/demo-bpe60/prepared.json").read_text())["splits"] == ["train", "val", "test"]
+    results = json.loads((out / "results.json").read_text())
+    assert results["updates"] == 4 and set(results["splits"]) == {"val", "test"}
+    assert len((out / "test.hyp.txt").read_text().splitlines()) == 100
+    printed = capsys.readouterr().out
+    assert printed.startswith("demo on demo: test BLEU ") and f"  {out / 'results.json'}" in printed.splitlines()

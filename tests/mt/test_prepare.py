@@ -6,7 +6,7 @@ import pytest
 
 from mt.data import DataError, Prepared, ensure_prepared, load_split
 from mt.prepare import clean_pairs, iwslt14_from_release, main as prepare_main
-from mt.text import read_lines
+from mt.text import read_lines, write_lines
 
 
 def test_multi30k_preparation_writes_every_split_and_is_cached(tiny_root, tmp_path):
@@ -82,8 +82,6 @@ def test_fairseq_iwslt14_pipeline_on_a_tiny_release(tmp_path):
 
 
 def test_parallel_files_of_different_lengths_name_both_files(tiny_root, tmp_path):
-    from tests.mt.conftest import write_gz
-
-    write_gz(tiny_root / "mt/multi30k/raw/val.en.gz", ["Only one line."])
+    write_lines(tiny_root / "mt/multi30k/raw/val.en.gz", ["Only one line."])
     with pytest.raises(ValueError, match=r"val\.de\.gz has 12 lines but .*val\.en\.gz has 1"):
         ensure_prepared("multi30k", tiny_root, tmp_path / "prep")
