@@ -10,6 +10,8 @@ file, plus MCAN's answer vocabulary, in the layout the configs expect::
     <root>/vqa/features/<subtype>.h5
     <root>/vqa/mcan/answer_dict.json                         ([ans_to_ix, ix_to_ans])
 
+``write_wordpiece_vocab`` adds a BERT-style word-piece vocabulary of the questions (for LXMERT),
+and ``write_demo_data`` writes what ``python -m vqa.train --demo`` and ``vqa.lxmert.train --demo`` read.
 Questions follow the official question types (``mscoco_question_types.txt``) and answer types
 (``yes/no``, ``number``, ``other``); each has ten human answers that mostly agree, with some
 disagreement, answers outside the vocabulary and punctuation the evaluation strips, so soft
@@ -18,6 +20,8 @@ Everything is deterministic in ``seed``.
 """
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, Optional, Sequence, Tuple, Union
@@ -25,7 +29,7 @@ from typing import Dict, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from common.features.fixtures import write_random_features
-from common.utils import atomic_write_json
+from common.utils import atomic_write_json, atomic_write_text
 
 from .answers import AnswerVocab
 
@@ -150,4 +154,27 @@ def write_vqa_fixture(root: PathLike, subtypes: Sequence[str] = ("train2014", "v
         path.unlink(missing_ok=True)  # the writer resumes an existing file; a fixture starts afresh
         fixture.features[subtype] = write_random_features(path, image_ids, num_regions, feature_dim,
                                                           seed=seed + s)
+    return fixture
+
+
+def write_wordpiece_vocab(path: PathLike, questions_files: Sequence[PathLike]) -> int:
+    """A word-piece vocabulary (``vocab.txt``) holding BERT's specials, ``[PAD]`` first, and every word of
+    the given questions files; returns its size."""
+    words = set()
+    for file in questions_files:
+        for q in json.loads(Path(file).read_text(encoding="utf-8"))["questions"]:
+            words |= set(re.findall(r"\w+|[^\w\s]", q["question"].lower()))
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + sorted(words)
+    atomic_write_text(Path(path), "\n".join(tokens) + "\n")
+    return len(tokens)
+
+
+def write_demo_data(root: PathLike, feature_dim: int, wordpieces: Optional[PathLike] = None) -> VQAFixture:
+    """The ``--demo`` data under ``root``: train2014 and val2014, 40 images x 5 questions each, 10-36 regions
+    of ``feature_dim``-d random features; with ``wordpieces`` (a path under ``root``), its word-piece
+    vocabulary too (:func:`write_wordpiece_vocab`)."""
+    fixture = write_vqa_fixture(root, num_images=40, questions_per_image=5, feature_dim=feature_dim,
+                                num_regions=(10, 36))
+    if wordpieces is not None:
+        write_wordpiece_vocab(Path(root) / wordpieces, list(fixture.questions.values()))
     return fixture

@@ -224,6 +224,16 @@ def layer_configs(
     return cfg
 
 
+def place_demo(cfg: DictConfig, default_out_dir: Path) -> None:
+    """Put a ``--demo`` run in ``out_dir`` (default ``default_out_dir``) and its synthetic data in
+    ``<out_dir>/data``; a data root given too is refused, as the demo would write into it."""
+    if cfg.data_root is not None:
+        raise ValueError(f"data_root={cfg.data_root}: --demo writes its synthetic data to <out>/data, not to a "
+                         f"data root; drop --data-root (or data_root=)")
+    cfg.out_dir = cfg.out_dir or str(default_out_dir)
+    cfg.data_root = str(Path(cfg.out_dir) / "data")
+
+
 def to_dict(cfg: DictConfig) -> Dict[str, Any]:
     """A plain, JSON-ready dict of ``cfg``."""
     return OmegaConf.to_container(cfg, resolve=True)

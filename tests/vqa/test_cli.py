@@ -155,3 +155,19 @@ def test_glove_vectors_reach_the_run(vqa_fixture, tmp_path, capsys):
     assert "GloVe: vectors for 66.7% of 5 question words" in capsys.readouterr().err
     with pytest.raises(ValueError, match="model.word_dim=300; set model.word_dim=16"):
         vqa_train.word_vectors(vqa_train.load_config([f"data.glove={glove}"]), vocab, DistEnv())
+
+
+def test_demo_writes_its_data_trains_and_evaluates_without_downloads(tmp_path, capsys):
+    out = tmp_path / "demo"
+    assert vqa_train.main(["--demo", "--out", str(out), "--no-progress", "train.epochs=1"]) == 0
+    captured = capsys.readouterr()
+    assert f"demo: MCAN softmax on synthetic questions with random region features (written to {out / 'data'})" \
+        in captured.err
+    assert f"  {out / 'results.json'}" in captured.out.splitlines()
+    results = json.loads((out / "results.json").read_text())
+    assert results["config"]["data_root"] == str(out / "data") and results["config"]["model"]["hidden"] == 64
+    assert len(results["epochs"]) == 1 and results["final_eval"]["overall"] > 0
+    assert len(load_submission(out / "val_predictions.json")) == 200
+    assert vqa_train.main(["--demo", "--data-root", str(tmp_path), "--out", str(tmp_path / "other")]) == 2
+    assert "--demo writes its synthetic data to <out>/data" in capsys.readouterr().err
+    assert not (tmp_path / "other").exists()

@@ -21,6 +21,12 @@ library versions).
 
 ``--device``, ``train.precision`` and ``train.compile`` choose where and how it computes
 (:mod:`common.utils.runtime`); a checkpoint resumes on any device.
+
+``--demo`` runs it all without downloads, in well under a minute on a CPU: it writes the synthetic data of
+:func:`vqa.fixtures.write_demo_data` to ``<out>/data`` and fine-tunes the tiny LXMERT of
+``vqa/configs/lxmert_demo.yaml`` from RANDOM weights (default out ``runs/lxmert/demo/<variant>``)::
+
+    python -m vqa.lxmert.train --demo [--variant span] [key=value ...]
 """
 from __future__ import annotations
 
@@ -43,7 +49,8 @@ from common.utils import (
     seed_everything,
 )
 from common.utils.cli import overrides_from, training_parser
-from common.utils.config import PROBABILITY, POSITIVE, Rule, at_least, check_resumable, layer_configs, packaged_config, to_dict
+from common.utils.config import (PROBABILITY, POSITIVE, Rule, at_least, check_resumable, layer_configs, packaged_config,
+                                 place_demo, to_dict)
 from common.utils.runtime import DeviceError, Runtime
 from vqa.answers import AnswerVocab, answers_of
 from vqa.data import VQADataError, VQADataset, data_path, load_split
@@ -75,18 +82,40 @@ PACKAGES = ("attention-suite", "torch", "transformers", "torch-optimizer", "entm
 
 
 def load_config(variant: Optional[str] = None, overrides: Sequence[str] = (),
-                config_file: Optional[str] = None) -> DictConfig:
+                config_file: Optional[str] = None, demo: bool = False) -> DictConfig:
     """``vqa/configs/lxmert.yaml`` with ``variants.<variant>`` merged over ``model.adaptation``,
-    then the ``--config`` file, then ``key=value`` overrides."""
+    then the ``--config`` file, then ``key=value`` overrides. ``demo``: ``vqa/configs/lxmert_demo.yaml``
+    first, the run in ``out_dir`` (default ``runs/lxmert/demo/<variant>``) and its synthetic data in
+    ``<out_dir>/data``."""
     base = packaged_config("vqa", CONFIG_NAME)
+    if demo:
+        base = OmegaConf.merge(base, packaged_config("vqa", "lxmert_demo.yaml"))
     name = variant or base.variant
     if name not in base.variants:
         raise ValueError(f"unknown variant {name!r}; vqa/configs/{CONFIG_NAME} defines {sorted(base.variants)}")
     base.variant = name
     base.model.adaptation = OmegaConf.merge(base.model.adaptation, base.variants[name])
-    return layer_configs(base, config_file, overrides, defaults_name=f"vqa/configs/{CONFIG_NAME}",
-                         open_keys=("data.splits", "model.adaptation", "model.random_init"),
-                         rules={**RULES, "model.adaptation.normalizer": Rule(choices=attention.available())})
+    cfg = layer_configs(base, config_file, overrides, defaults_name=f"vqa/configs/{CONFIG_NAME}",
+                        open_keys=("data.splits", "model.adaptation", "model.random_init"),
+                        rules={**RULES, "model.adaptation.normalizer": Rule(choices=attention.available())})
+    if demo:
+        if cfg.model.random_init is None:
+            raise ValueError("model.random_init=null: --demo has no pretrained weights; keep the demo's "
+                             "random_init (vqa/configs/lxmert_demo.yaml)")
+        place_demo(cfg, Path("runs") / "lxmert" / "demo" / cfg.variant)
+    return cfg
+
+
+def write_demo_data(cfg: DictConfig) -> None:
+    """``--demo``'s inputs under ``data_root``: the synthetic questions, features and answers of
+    :func:`vqa.fixtures.write_demo_data`, and a word-piece vocabulary that ``model.random_init`` covers."""
+    from vqa.fixtures import write_demo_data as write_data, write_wordpiece_vocab
+
+    fixture = write_data(cfg.data_root, cfg.model.random_init.visual_feat_dim)
+    size = write_wordpiece_vocab(data_path(cfg, cfg.data.vocab), list(fixture.questions.values()))
+    if size > cfg.model.random_init.vocab_size:
+        raise ValueError(f"model.random_init.vocab_size={cfg.model.random_init.vocab_size} is smaller than the "
+                         f"demo's {size} word pieces; set model.random_init.vocab_size={size} or more")
 
 
 def default_out_dir(cfg: DictConfig) -> Path:
@@ -354,6 +383,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                              "optim.name=adamw train.batch_size=32", data_root_help="directory holding vqa/ and text/",
                              out_help="output directory (default runs/lxmert/<variant>)")
     parser.add_argument("--variant", help="softmax | span | entmax | layerdrop | bam (default: softmax)")
+    parser.add_argument("--demo", action="store_true",
+                        help="fine-tune a tiny LXMERT with random weights on synthetic data written to <out>/data, "
+                             "no download (vqa/configs/lxmert_demo.yaml; out default runs/lxmert/demo/<variant>)")
     parser.add_argument("--pretrained", help="local Hugging Face LXMERT directory (default: model.pretrained "
                                              "under the data root)")
     return parser.parse_intermixed_args(argv)
@@ -364,7 +396,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     overrides = overrides_from(args, {"model.pretrained": args.pretrained})
     try:
-        cfg = load_config(args.variant, overrides, args.config)
+        cfg = load_config(args.variant, overrides, args.config, demo=args.demo)
+        if args.demo:
+            write_demo_data(cfg)
+            console.say(f"demo: a tiny LXMERT ({cfg.variant}) with RANDOM weights, not the pretrained checkpoint, on "
+                        f"synthetic questions with random region features (written to {cfg.data_root}); it shows "
+                        f"that the pipeline works, its accuracy says nothing about LXMERT")
         results = run(cfg, progress=not args.no_progress)
     except (VQADataError, DeviceError, FileNotFoundError, ValueError) as err:  # PretrainedError is a ValueError
         print(f"error: {err}", file=sys.stderr)

@@ -5,9 +5,9 @@ import pytest
 import torch
 from transformers import LxmertConfig, LxmertModel
 
-from vqa.fixtures import write_vqa_fixture
+from vqa.fixtures import write_vqa_fixture, write_wordpiece_vocab
 
-from .helpers import tiny_config, write_tiny_vocab
+from .helpers import tiny_config
 
 
 @pytest.fixture
@@ -30,5 +30,5 @@ def vqa_root(tmp_path_factory):
     root = tmp_path_factory.mktemp("lxmert_vqa")
     fixture = write_vqa_fixture(root, subtypes=("train2014", "val2014", "test2015"), num_images=8,
                                 questions_per_image=4, num_regions=(10, 36), feature_dim=16)
-    size = write_tiny_vocab(root / "vocab.txt", fixture.questions.values())
+    size = write_wordpiece_vocab(root / "vocab.txt", list(fixture.questions.values()))
     return root, fixture, size

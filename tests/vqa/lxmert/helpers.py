@@ -1,10 +1,6 @@
 """Tiny random LXMERT pieces for the LXMERT tests (hidden 32, 2 heads, 2-1-2 layers, ~100 words)."""
 from __future__ import annotations
 
-import json
-import re
-from pathlib import Path
-
 import torch
 from transformers import LxmertConfig
 
@@ -33,14 +29,3 @@ def tiny_inputs(config: LxmertConfig, batch: int = 3, words: int = 7, regions: i
         "visual_pos": torch.cat([corners, corners + 0.4], -1),
         "visual_attention_mask": visual_attention_mask,
     }
-
-
-def write_tiny_vocab(path, questions_files) -> int:
-    """A WordPiece vocabulary holding BERT's specials and every word of the given question files."""
-    words = set()
-    for file in questions_files:
-        for q in json.loads(Path(file).read_text())["questions"]:
-            words |= set(re.findall(r"\w+|[^\w\s]", q["question"].lower()))
-    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + sorted(words)
-    Path(path).write_text("\n".join(tokens) + "\n")
-    return len(tokens)

@@ -169,6 +169,19 @@ def test_a_batch_larger_than_the_data_is_an_error_before_anything_is_written(vqa
     assert not (tmp_path / "run").exists()
 
 
+def test_demo_fine_tunes_a_random_tiny_lxmert_on_written_data_and_says_so(tmp_path, capsys):
+    out = tmp_path / "demo"
+    assert lxmert_train.main(["--demo", "--out", str(out), "--no-progress", "train.epochs=1"]) == 0
+    err = capsys.readouterr().err
+    assert "demo: a tiny LXMERT (softmax) with RANDOM weights, not the pretrained checkpoint" in err
+    results = json.loads((out / "results.json").read_text())
+    assert results["pretrained"] is None and results["config"]["data_root"] == str(out / "data")
+    assert results["steps"] == 6 and results["final_eval"]["overall"] > 0   # 200 questions, batches of 32
+    assert (out / "data" / "vqa" / "wordpieces.txt").read_text().startswith("[PAD]\n")
+    assert lxmert_train.main(["--demo", "--out", str(tmp_path / "other"), "model.random_init.vocab_size=20"]) == 2
+    assert "model.random_init.vocab_size=20 is smaller than the demo's 54 word pieces" in capsys.readouterr().err
+
+
 def test_unknown_variant_lists_the_known_ones():
     with pytest.raises(ValueError, match=r"unknown variant 'sparse'.*'entmax'"):
         lxmert_train.load_config("sparse")
