@@ -2,17 +2,20 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
-from common.text import Vocabulary
 from common.utils import default_data_root
 from common.utils.config import PROBABILITY, POSITIVE, Rule, at_least, layer_configs, packaged_config, to_dict
 
 from .metrics import METRICS
-from .models import Att2in, Att2inConfig
 from .prepare import SPLITS, default_prepared_dir
+
+if TYPE_CHECKING:  # the model is imported once the command line and config have been checked
+    from common.text import Vocabulary
+
+    from .models import Att2in
 
 __all__ = ["RULES", "build_model", "data_path", "default_prepared_dir", "load_config", "prepared_dir", "run_dir",
            "to_dict"]
@@ -55,6 +58,8 @@ def run_dir(cfg: DictConfig) -> Path:
 
 def build_model(cfg: DictConfig, vocab: Vocabulary, feature_dim: int) -> Att2in:
     """The Att2in of ``cfg.model`` / ``cfg.attention`` for ``vocab`` and ``feature_dim``-d regions."""
+    from .models import Att2in, Att2inConfig
+
     model_cfg = Att2inConfig(vocab_size=len(vocab), feature_dim=feature_dim, attention=cfg.attention.name,
                              attention_options=OmegaConf.to_container(cfg.attention.options), **cfg.model)
     return Att2in(model_cfg, bos=vocab.bos, pad=vocab.pad)

@@ -14,7 +14,7 @@ import argparse
 import sys
 import time
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 import torch
 from omegaconf import OmegaConf
@@ -29,8 +29,10 @@ from common.utils.runtime import DeviceError, Runtime
 from .config import build_model, data_path, prepared_dir
 from .data import CaptionCorpus, CaptionDataset, collate
 from .metrics import METRICS, coco_results, score_captions
-from .models import Att2in
 from .prepare import CaptionDataError
+
+if TYPE_CHECKING:  # the model is imported once the command line has been checked
+    from .models import Att2in
 
 
 def caption_images(model: Att2in, dataset: CaptionDataset, vocab: Vocabulary, beam_size: int = 1,

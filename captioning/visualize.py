@@ -16,23 +16,17 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence, Union
 
-import matplotlib
+import numpy as np
+import torch
+from omegaconf import OmegaConf
 
-matplotlib.use("Agg")
-import matplotlib.image as mpimg  # noqa: E402
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from omegaconf import OmegaConf  # noqa: E402
+from common.features import RegionFeatureError, RegionFeatureStore, pad_regions
+from common.utils import atomic_save_figure, console
+from common.utils.cli import add_runtime_options, runtime_from
+from common.utils.runtime import DeviceError, Runtime
 
-from common.features import RegionFeatureError, RegionFeatureStore, pad_regions  # noqa: E402
-
-from common.utils import atomic_save_figure, console  # noqa: E402
-from common.utils.cli import add_runtime_options, runtime_from  # noqa: E402
-from common.utils.runtime import DeviceError, Runtime  # noqa: E402
-
-from .config import data_path  # noqa: E402
-from .evaluate import load_checkpoint  # noqa: E402
+from .config import data_path
+from .evaluate import load_checkpoint
 
 
 def box_heatmap(boxes: np.ndarray, weights: np.ndarray, height: int, width: int) -> np.ndarray:
@@ -48,6 +42,11 @@ def box_heatmap(boxes: np.ndarray, weights: np.ndarray, height: int, width: int)
 def plot_attention(image: np.ndarray, boxes: np.ndarray, words: Sequence[str], posterior: np.ndarray,
                    prior: Optional[np.ndarray], path: Union[str, Path], columns: int = 4) -> Path:
     """Write the figure to ``path`` (PNG). ``posterior [T, K]`` for ``words`` (T of them), ``prior [K]``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     if posterior.shape != (len(words), len(boxes)):
         raise ValueError(f"posterior must be [words={len(words)}, boxes={len(boxes)}], got {posterior.shape}")
     image = np.asarray(image, dtype=np.float64)
@@ -93,6 +92,8 @@ def attention_figure(checkpoint: Path, image_id: int, image_path: Path, out: Pat
         maps = model.attention_maps(features, mask, tokens[:, :length])
     maps = {name: None if value is None else value.float().cpu() for name, value in maps.items()}
     prior = None if maps["prior"] is None else maps["prior"][0].numpy()
+    import matplotlib.image as mpimg
+
     image = mpimg.imread(image_path)
     if image.shape[:2] != tuple(regions.image_size):
         raise RegionFeatureError(f"{image_path} is {image.shape[1]}x{image.shape[0]} pixels but the features of image "

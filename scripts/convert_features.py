@@ -38,18 +38,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common.features import RegionFeatureError  # noqa: E402
-from common.features.convert import convert  # noqa: E402
-from common.features.formats import bottom_up_tsv, lxmert_tsv, mcan_npz, selfcritical_npz  # noqa: E402
-from common.features.layout import partial_path  # noqa: E402
-from common.features.sources import check_distinct  # noqa: E402
-from common.features.writer import mark_complete  # noqa: E402
-
-TSV_MODULES = {"bottom-up-tsv": bottom_up_tsv, "lxmert-tsv": lxmert_tsv}
-
 
 def inputs(args: argparse.Namespace):
     """(sources, entries, total) of the command's inputs, every input checked before any output exists."""
+    from common.features import RegionFeatureError
+    from common.features.formats import bottom_up_tsv, lxmert_tsv, mcan_npz, selfcritical_npz
+    from common.features.sources import check_distinct
+
     if args.format == "selfcritical-npz":
         sources = selfcritical_npz.sources(args.att_dir, args.box_dir, args.image_info)
         check_distinct(sources)
@@ -63,7 +58,7 @@ def inputs(args: argparse.Namespace):
         check_distinct(sources)
         entries = itertools.chain.from_iterable(mcan_npz.entries(path, args.feature_dim) for path in args.inputs)
         return sources, entries, sum(source["files"] for source in sources)
-    module = TSV_MODULES[args.format]
+    module = {"bottom-up-tsv": bottom_up_tsv, "lxmert-tsv": lxmert_tsv}[args.format]
     sources = [module.source(path, args.member) for path in args.inputs]
     if args.member is not None and not any("member" in source for source in sources):
         raise RegionFeatureError(f"--member {args.member}: none of the inputs is a .zip file; drop --member")
@@ -106,6 +101,12 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    # common.features (h5py, torch) only once the command line is parsed: --help and a bad option answer at once
+    from common.features import RegionFeatureError
+    from common.features.convert import convert
+    from common.features.layout import partial_path
+    from common.features.writer import mark_complete
+
     try:
         if args.format == "mark-complete":
             print(json.dumps({"marked_complete": {str(path): mark_complete(path) for path in args.stores}}))

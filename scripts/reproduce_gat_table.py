@@ -36,12 +36,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common.metrics import paired_t  # noqa: E402
 from common.utils import atomic_write_json, atomic_write_text, console, default_data_root, environment  # noqa: E402
 from graphattn import train  # noqa: E402
 from graphattn.config import load_config  # noqa: E402
-from graphattn.data import PlanetoidDataError, check_raw_files  # noqa: E402
-from graphattn.plots import plot_variant_accuracy  # noqa: E402
 
 DATASETS = ("Cora", "CiteSeer", "PubMed")
 VARIANTS = ("softmax", "bam-lf", "bam-lc", "bam-wf", "bam-wc")
@@ -119,6 +116,8 @@ def seed_accuracies(run_dir: Path) -> Dict[int, float]:
 
 def summarize_cell(per_seed: Dict[int, float], softmax: Optional[Dict[int, float]]) -> Dict:
     """Mean, sample std and n of ``per_seed``, and its paired difference to ``softmax`` (if given)."""
+    from common.metrics import paired_t  # scipy
+
     values = list(per_seed.values())
     out = {**train.summarize([v / 100 for v in values]), "n": len(values), "per_seed": per_seed}
     common = sorted(set(per_seed) & set(softmax or {}))
@@ -178,6 +177,9 @@ def main(argv=None) -> int:
                         help="columns of the table (default: --datasets)")
     parser.add_argument("overrides", nargs="*", metavar="key=value")
     args = parser.parse_args(argv)
+    # PyG (the data checks) and matplotlib only once the command line is parsed
+    from graphattn.data import PlanetoidDataError, check_raw_files
+    from graphattn.plots import plot_variant_accuracy
 
     missing: Dict[str, str] = {}
     rows = table_rows(args.variants, args.presets)

@@ -22,12 +22,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from common.metrics import bleu_item_stats, paired_bootstrap
 from common.utils import atomic_write_json, default_data_root, read_metrics
-from mt.bpe import remove_bpe
-from mt.plots import plot_runs
-from mt.run import RunFiles
-from mt.text import read_lines
 
 GROUPS = {
     "lstm": ("lstm-cpu", {
@@ -59,6 +54,11 @@ def at_step(records: list, step: int) -> dict:
 def paired_test_bleu(out: Path, names, data_root=None) -> dict:
     """``{split: {variant: bootstrap difference of tokenised test BLEU to names[0]}}`` from the
     hypotheses each finished run wrote (``<split>.hyp.txt``) and the split's references."""
+    from common.metrics import bleu_item_stats, paired_bootstrap  # scipy
+    from mt.bpe import remove_bpe
+    from mt.run import RunFiles  # the models
+    from mt.text import read_lines
+
     baseline = out / names[0]
     if not (baseline / "results.json").is_file():
         return {}
@@ -117,6 +117,8 @@ def main(argv=None) -> int:
     atomic_write_json(out / "comparison.json", {"preset": preset, "compared_at_update": last, "runs": table,
                                                 "test_bleu_vs_" + names[0]: bootstrap, "seeds_per_variant": 1,
                                                 "overrides": {n: variants[n] for n in runs}, "common": common})
+    from mt.plots import plot_runs  # matplotlib
+
     plot_runs(runs, out / "comparison.png", title=f"{args.group} variants on Multi30k ({preset})")
     for name, row in table.items():
         print(f"{name:12s} update {row.get('step')}: val ppl {row.get('val_ppl', float('nan')):.2f} "

@@ -21,6 +21,13 @@ CLIS = {
     "mt.evaluate": None,
     "mt.translate": None,
     "captioning.prepare": None,
+    "captioning.train": "optim.lr=abc",
+    "captioning.evaluate": None,
+    "captioning.visualize": None,
+    "scripts/convert_features.py": None,
+    "scripts/extract_features.py": None,
+    "scripts/reproduce_gat_table.py": None,
+    "scripts/reproduce_mt_compare.py": None,
     "vqa.score": None,
     "vqa.train": "kl.weight=abc",
     "vqa.evaluate": None,
@@ -29,10 +36,13 @@ CLIS = {
     "vqa.lxmert.flops": None,
 }
 MODEL_MODULES += ("vqa.mcan", "vqa.lxmert.model", "vqa.lxmert.attention", "vqa.lxmert.adapt")
+MODEL_MODULES += ("captioning.models",)
 
 
 def imported_modules(module: str, *args: str):
-    run = subprocess.run([sys.executable, "-X", "importtime", "-m", module, *args], cwd=ROOT, capture_output=True,
+    """``module`` is a package's CLI (run with ``-m``) or a script's path (``scripts/x.py``, run as a file)."""
+    target = [module] if module.endswith(".py") else ["-m", module]
+    run = subprocess.run([sys.executable, "-X", "importtime", *target, *args], cwd=ROOT, capture_output=True,
                          text=True, timeout=300)
     modules = {line.rsplit("|", 1)[-1].strip() for line in run.stderr.splitlines() if line.startswith("import time:")}
     return run, modules
@@ -58,3 +68,10 @@ def test_a_bad_config_value_is_refused_before_anything_heavy(module, tmp_path):
     assert run.returncode == 2 and "error:" in run.stderr and CLIS[module].split("=")[0] in run.stderr
     assert heavy(modules) == []
     assert not (tmp_path / "run").exists()
+
+
+def test_the_feature_converter_answers_help_without_torch_or_h5py():
+    """A data tool: its --help needs neither the tensors nor the HDF5 store."""
+    run, modules = imported_modules("scripts/convert_features.py", "bottom-up-tsv", "--help")
+    assert run.returncode == 0 and "--overwrite" in run.stdout
+    assert sorted(m for m in modules if m.split(".")[0] in ("torch", "h5py")) == []

@@ -12,8 +12,6 @@ import secrets
 from pathlib import Path
 from typing import Any, Callable, Tuple, Union
 
-import torch
-
 PathLike = Union[str, os.PathLike]
 
 
@@ -56,6 +54,8 @@ def atomic_write_json(path: PathLike, obj: Any, indent: int = 2) -> Path:
 
 def atomic_save(obj: Any, path: PathLike) -> Path:
     """``torch.save(obj, path)``, atomically."""
+    import torch  # here, so that the JSON and text writers import no torch
+
     return _atomic(path, lambda f: torch.save(obj, f), "wb")
 
 
