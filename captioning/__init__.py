@@ -3,6 +3,7 @@ bottom-up region features, with any attention normalizer of :mod:`common.attenti
 
 Pipeline (BAM paper, Sec. 4.3 and Table 3)::
 
+    python -m captioning.train --demo                              # all of it on synthetic data, no download
     python -m captioning.prepare                                   # dataset_coco.json -> vocab + captions
     python -m captioning.train --attention bam-wc                  # XE + scheduled sampling, best val CIDEr
     python -m captioning.evaluate runs/captioning/bam-wc --beam-size 5      # BLEU/METEOR/ROUGE-L/CIDEr

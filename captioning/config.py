@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Optional, Sequence
 from omegaconf import DictConfig, OmegaConf
 
 from common.utils import default_data_root
-from common.utils.config import PROBABILITY, POSITIVE, Rule, at_least, layer_configs, packaged_config, to_dict
+from common.utils.config import (PROBABILITY, POSITIVE, Rule, at_least, layer_configs, packaged_config, place_demo,
+                                 to_dict)
 
 from .metrics import METRICS
 from .prepare import SPLITS, default_prepared_dir
@@ -32,13 +33,19 @@ RULES = {
 
 
 def load_config(attention: Optional[str] = None, overrides: Sequence[str] = (),
-                config_file: Optional[str] = None) -> DictConfig:
+                config_file: Optional[str] = None, demo: bool = False) -> DictConfig:
     """The packaged config with ``config_file`` and ``overrides`` merged over it (unknown keys are
-    errors, except among ``attention.options``)."""
+    errors, except among ``attention.options``). ``demo``: ``configs/demo.yaml`` first, the run in
+    ``out_dir`` (default ``runs/captioning/demo/<attention>``) and its synthetic data in ``<out_dir>/data``."""
     overrides = list(overrides) + ([f"attention.name={attention}"] if attention else [])
-    return layer_configs(packaged_config("captioning", "att2in.yaml"), config_file, overrides,
-                         open_keys=("attention.options",), defaults_name="captioning/configs/att2in.yaml",
-                         rules=RULES)
+    base = packaged_config("captioning", "att2in.yaml")
+    if demo:
+        base = OmegaConf.merge(base, packaged_config("captioning", "demo.yaml"))
+    cfg = layer_configs(base, config_file, overrides, open_keys=("attention.options",),
+                        defaults_name="captioning/configs/att2in.yaml", rules=RULES)
+    if demo:
+        place_demo(cfg, Path("runs") / "captioning" / "demo" / cfg.attention.name)
+    return cfg
 
 
 def data_path(cfg: DictConfig, relative: str) -> Path:

@@ -84,6 +84,28 @@ def test_pipeline_through_the_clis_and_attention_plot(tmp_path, tiny_overrides, 
     assert printed[0].startswith(f'{DEMO_IMAGE_ID}: "') and printed[1:] == ["files written:", f"  {figure}"]
 
 
+def test_demo_runs_the_pipeline_without_data(tmp_path, monkeypatch, capsys):
+    """``python -m captioning.train --demo`` (two epochs here): synthetic COCO written and prepared under the
+    run, a model trained, the test split decoded and scored, and every file listed."""
+    monkeypatch.chdir(tmp_path)
+    assert train.main(["--demo", "--no-progress", "train.epochs=2", "eval.metrics=[bleu,cider]"]) == 0
+    run = Path("runs/captioning/demo/softmax")
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0].startswith("softmax: best val (epoch 2 of 2) Bleu_1")
+    assert printed[1].startswith("test (5 images, beam 5): Bleu_1") and "CIDEr" in printed[1]
+    assert printed[2:] == ["files written:", *(f"  {run}/{name}" for name in (
+        "results.json", "best.pt", "checkpoints/", "metrics.jsonl", "captions_test.json", "results_test.json",
+        "data/"))]
+    assert json.loads((run / "results.json").read_text())["config"]["data_root"] == str(run / "data")
+    test = json.loads((run / "results_test.json").read_text())
+    assert test["images"] == 5 and set(test["scores"]) == {"Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "CIDEr"}
+    assert len(json.loads((run / "captions_test.json").read_text())) == 5
+    assert (run / "data" / "coco" / "prepared" / "vocab.json").is_file()
+    # the demo writes its own data, never into a data root
+    assert train.main(["--demo", "--data-root", str(tmp_path), "--out", "elsewhere", "--no-progress"]) == 2
+    assert "drop --data-root" in capsys.readouterr().err and not Path("elsewhere").exists()
+
+
 def test_box_heatmap_sums_weights_of_covering_boxes():
     heat = visualize.box_heatmap([(0, 0, 2, 2), (1, 1, 3, 3)], [0.25, 0.75], height=3, width=4)
     expected = torch.tensor([[0.25, 0.25, 0, 0], [0.25, 1.0, 0.75, 0], [0, 0.75, 0.75, 0]], dtype=torch.float64)
