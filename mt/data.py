@@ -21,15 +21,16 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
-
-import torch
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 from common.text import Vocabulary
 from common.utils import atomic_write_json, cache_dir
 
 from .bpe import BPE, learn_codes
 from .text import MosesDetokenizer, MosesPreprocessor, check_parallel, read_lines, write_lines
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
@@ -238,6 +239,8 @@ class ParallelData:
     def encode(cls, src_lines: Sequence[str], tgt_lines: Sequence[str], src_vocab: Vocabulary,
                tgt_vocab: Vocabulary, max_len: Optional[int] = None) -> "ParallelData":
         """Encode BPE lines; with ``max_len``, pairs with a longer side (in BPE units) are dropped."""
+        import torch  # here, so that preparing a corpus (mt.prepare) needs no torch
+
         src, tgt = [], []
         for s, t in zip(src_lines, tgt_lines):
             s_tok, t_tok = s.split(), t.split()

@@ -75,3 +75,11 @@ def test_the_feature_converter_answers_help_without_torch_or_h5py():
     run, modules = imported_modules("scripts/convert_features.py", "bottom-up-tsv", "--help")
     assert run.returncode == 0 and "--overwrite" in run.stdout
     assert sorted(m for m in modules if m.split(".")[0] in ("torch", "h5py")) == []
+
+
+@pytest.mark.parametrize("args", [("--help",), ("no-such-corpus",)])
+def test_mt_prepare_answers_without_torch(args):
+    """A data tool: tokenising and BPE need no tensors (mt.data imports torch only to encode ids)."""
+    run, modules = imported_modules("mt.prepare", *args)
+    assert run.returncode == (0 if args == ("--help",) else 2)
+    assert sorted(m for m in modules if m.split(".")[0] == "torch") == []
