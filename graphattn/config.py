@@ -15,8 +15,8 @@ from common.utils.config import Rule, at_least, layer_configs, load_user_config,
 
 __all__ = ["DATASETS", "KL_REDUCTIONS", "RULES", "canonical_name", "load_config", "to_dict"]
 
-#: The Planetoid datasets, by lower-case name.
-DATASETS = {"cora": "Cora", "citeseer": "CiteSeer", "pubmed": "PubMed"}
+#: The datasets, by lower-case name: the Planetoid graphs and the synthetic demo graph (graphattn.fixtures).
+DATASETS = {"cora": "Cora", "citeseer": "CiteSeer", "pubmed": "PubMed", "demo": "Demo"}
 #: How :meth:`graphattn.GAT.kl` combines the layers' KL terms.
 KL_REDUCTIONS = ("layer_sum", "head_mean")
 

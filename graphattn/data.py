@@ -142,3 +142,13 @@ def load_planetoid(name: str, data_root: Optional[str] = None, download: bool = 
     data = NormalizeFeatures()(dataset[0])
     data.num_classes = dataset.num_classes
     return data
+
+
+def load_dataset(name: str, data_root: Optional[str] = None) -> Data:
+    """A Planetoid graph (:func:`load_planetoid`) or, for ``demo``, the synthetic graph of
+    :func:`graphattn.fixtures.demo_graph` (nothing to download)."""
+    if canonical_name(name) == "Demo":
+        from .fixtures import demo_graph
+
+        return demo_graph()
+    return load_planetoid(name, data_root)

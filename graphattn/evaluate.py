@@ -74,9 +74,9 @@ def evaluate_checkpoint(
     data_cache = {} if data_cache is None else data_cache
     if cfg.dataset not in data_cache:
         root = data_root if data_root is not None else cfg.data_root
-        from .data import load_planetoid
+        from .data import load_dataset
 
-        data_cache[cfg.dataset] = load_planetoid(cfg.dataset, root).to(runtime.device)
+        data_cache[cfg.dataset] = load_dataset(cfg.dataset, root).to(runtime.device)
     data = data_cache[cfg.dataset]
     model = build_model(cfg, data.num_features, data.num_classes)
     model.load_state_dict(checkpoint["model_state"])

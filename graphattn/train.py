@@ -278,9 +278,9 @@ def _run(cfg: DictConfig, runtime: Runtime, progress: bool, data: Optional[Data]
                          f"use --loader neighbor under torchrun")
     out_dir = default_out_dir(cfg)
     if data is None:
-        from .data import load_planetoid
+        from .data import load_dataset
 
-        data = load_planetoid(cfg.dataset, cfg.data_root)
+        data = load_dataset(cfg.dataset, cfg.data_root)
     data = data.to(runtime.device)
     config = to_dict(cfg)
     seeds = list(range(cfg.first_seed, cfg.first_seed + cfg.seeds))

@@ -8,36 +8,16 @@ import pytest
 import torch
 import torch_geometric.typing
 from torch_geometric.data import Data
-from torch_geometric.utils import stochastic_blockmodel_graph
 
 from common import attention
 from common.utils.distributed import DistEnv
 from graphattn import GAT, minibatch, train
+from graphattn.fixtures import demo_graph
 from graphattn.config import load_config
 
 NEEDS_SAMPLER = pytest.mark.skipif(
     not (torch_geometric.typing.WITH_TORCH_SPARSE or torch_geometric.typing.WITH_PYG_LIB),
     reason="needs torch-sparse or pyg-lib (the 'sampler' extra)")
-
-
-def fake_graph(num_nodes=300, seed=0) -> Data:
-    """A stochastic block model of 5 classes (mean degree about 6, 80% of the edges within a class), node
-    features that are noisy class indicators, split 40/30/30 percent."""
-    g = torch.Generator().manual_seed(seed)
-    torch.manual_seed(seed)
-    sizes = [num_nodes // 5] * 5
-    probs = torch.full((5, 5), 1.2 / num_nodes) + torch.eye(5) * (24.0 / num_nodes - 1.2 / num_nodes)
-    edge_index = stochastic_blockmodel_graph(sizes, probs, directed=False)
-    y = torch.arange(5).repeat_interleave(num_nodes // 5)
-    x = torch.randn(num_nodes, 16, generator=g) + torch.nn.functional.one_hot(y, 16).float()
-    data = Data(x=x, edge_index=edge_index, y=y, num_classes=5)
-    order = torch.randperm(num_nodes, generator=g)
-    for name, part in zip(("train_mask", "val_mask", "test_mask"), order.tensor_split([int(.4 * num_nodes),
-                                                                                     int(.7 * num_nodes)])):
-        mask = torch.zeros(num_nodes, dtype=torch.bool)
-        mask[part] = True
-        data[name] = mask
-    return data
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 3])
@@ -64,7 +44,7 @@ def test_a_last_batch_smaller_than_the_world_is_dropped_everywhere():
 
 @NEEDS_SAMPLER
 def test_each_process_samples_around_its_own_share_of_seeds():
-    data = fake_graph()
+    data = demo_graph()
     seeds = data.train_mask.nonzero().view(-1)
     per_rank = [[batch.n_id[:batch.batch_size].tolist()
                  for batch in minibatch.train_loader(data, [3, 3], 40, DistEnv(rank=r, world_size=2), seed=0)]
@@ -85,13 +65,13 @@ def test_without_a_sampler_the_cli_says_what_to_install(monkeypatch, tmp_path, c
     monkeypatch.setattr(torch_geometric.typing, "WITH_PYG_LIB", False)
     cfg = load_config("Cora", None, ["loader.kind=neighbor", f"out_dir={tmp_path}", "seeds=1"])
     with pytest.raises(minibatch.SamplerMissing, match=r'pip install --no-build-isolation -e "\.\[sampler\]"'):
-        train.run(cfg, progress=False, data=fake_graph())
+        train.run(cfg, progress=False, data=demo_graph())
 
 
 @NEEDS_SAMPLER
 @pytest.mark.parametrize("name", ["softmax", "bam-wc"])
 def test_layerwise_inference_equals_the_full_batch_forward(name):
-    data = fake_graph()
+    data = demo_graph()
     model = GAT(16, 5, hidden_channels=4, heads=3, attention=name).eval()
     expected = model(data.x, data.edge_index)
     out = model.inference(data.x, minibatch.inference_loader(data, batch_size=37))
@@ -105,7 +85,7 @@ def test_neighbor_training_learns_with_every_normalizer(name, tmp_path):
                                      "seeds=1", "train.max_epochs=15", "train.patience=15", f"out_dir={tmp_path}",
                                      "kl.weight=0.1", "train.sparse_features=false", "optim.lr=0.01",
                                      "model.dropout=0.2", "model.value_dropout=0"])  # 0.6 stalls sparsemax on 120 nodes
-    results = train.run(cfg, progress=False, data=fake_graph())
+    results = train.run(cfg, progress=False, data=demo_graph())
     history = [json.loads(line) for line in (tmp_path / "seed0" / "metrics.jsonl").read_text().splitlines()]
     assert len(history) == 15
     assert history[-1]["train/ce"] < history[0]["train/ce"]
@@ -118,7 +98,7 @@ def test_neighbor_training_learns_with_every_normalizer(name, tmp_path):
 def test_a_batch_of_every_node_has_the_full_batch_loss_and_kl():
     """With every node a seed and full neighbourhoods, the sampled subgraph is the whole graph (relabelled):
     the mini-batch step's BAM KL (each layer's mean over the edges it attends over) is the full-batch step's."""
-    data = fake_graph()
+    data = demo_graph()
     data.train_mask[:] = True
     batch = next(iter(minibatch.train_loader(data, [-1, -1], data.num_nodes, DistEnv(), seed=0)))
     assert batch.batch_size == data.num_nodes and batch.edge_index.size(1) == data.edge_index.size(1)
