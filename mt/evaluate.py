@@ -14,7 +14,6 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Dict, Optional, Sequence
 
-import torch
 
 from common.utils import atomic_write_json, console, default_data_root, results_record
 from common.utils.cli import add_runtime_options, runtime_from

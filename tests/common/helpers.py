@@ -1,5 +1,4 @@
 """Converting dense attention problems to the edge-wise layout, for cross-layout tests."""
-import torch
 
 
 def dense_to_edges(scores, mask, keys=None):

@@ -134,6 +134,18 @@ KILL_IMAGES = 1000
 KILL_DIM = 32
 
 
+def kill_after_two_batches(argv, partial) -> None:
+    """Run the converter on ``argv`` and SIGKILL it once its partial store holds two committed batches
+    (one batch, 8192 rows of 32-d float16 regions and their boxes, is about 0.65 MB)."""
+    process = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "convert_features.py"), *argv], cwd=ROOT,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    while process.poll() is None and not (partial.exists() and partial.stat().st_size > 1_500_000):
+        time.sleep(0.002)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert process.returncode == -signal.SIGKILL, "the conversion ended before it could be killed"
+
+
 def test_a_conversion_killed_midway_is_refused_then_resumed(tmp_path, capsys):
     """SIGKILL once the work file holds a few batches: the output does not exist, the work file is
     refused as incomplete, and the same command resumes it (skipping what was stored) to a whole store."""
@@ -142,14 +154,7 @@ def test_a_conversion_killed_midway_is_refused_then_resumed(tmp_path, capsys):
     output = tmp_path / "out.h5"
     partial = layout.partial_path(output)
     argv = ["bottom-up-tsv", str(tsv), "--output", str(output), "--feature-dim", str(KILL_DIM), "--quiet"]
-    process = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "convert_features.py"), *argv], cwd=ROOT,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    # one batch (8192 rows) of 32-d float16 regions and their boxes is about 0.65 MB; kill after two
-    while process.poll() is None and not (partial.exists() and partial.stat().st_size > 1_500_000):
-        time.sleep(0.002)
-    process.send_signal(signal.SIGKILL)
-    process.wait()
-    assert process.returncode == -signal.SIGKILL, "the conversion ended before it could be killed"
+    kill_after_two_batches(argv, partial)
     assert not output.exists()
     with pytest.raises(RegionFeatureError, match=r"out\.h5: not written yet: .*out\.h5\.partial; re-run the same "
                                                  r"command to resume"):
@@ -337,13 +342,7 @@ def test_a_streamed_conversion_killed_midway_resumes_from_the_stream_read_again(
     partial = layout.partial_path(output)
     argv = ["bottom-up-tsv", str(fifo), "--output", str(output), "--feature-dim", str(KILL_DIM), "--quiet"]
     with feeding(fifo, tsv):
-        process = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "convert_features.py"), *argv], cwd=ROOT,
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        while process.poll() is None and not (partial.exists() and partial.stat().st_size > 1_500_000):
-            time.sleep(0.002)
-        process.send_signal(signal.SIGKILL)
-        process.wait()
-    assert process.returncode == -signal.SIGKILL, "the conversion ended before it could be killed"
+        kill_after_two_batches(argv, partial)
     assert not output.exists() and partial.exists()
     with feeding(fifo, tsv) as writer:
         assert convert_features.main(argv) == 0

@@ -7,7 +7,6 @@ import sys
 import pytest
 import torch
 import torch_geometric.typing
-from torch_geometric.data import Data
 
 from common import attention
 from common.utils.distributed import DistEnv

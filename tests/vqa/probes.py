@@ -16,7 +16,7 @@ from vqa import train as vqa_train
 from vqa.data import QuestionEncoder, VQADataset, data_path, load_split
 from vqa.lxmert import evaluate as lxmert_evaluate
 from vqa.lxmert import train as lxmert_train
-from vqa.lxmert.data import bert_encoder, model_inputs
+from vqa.lxmert.data import bert_encoder
 
 from .helpers import TINY
 
