@@ -45,7 +45,7 @@ from common.utils import atomic_write_json, console, results_record, seed_everyt
 from common.utils.cli import add_runtime_options, runtime_from
 from common.utils.runtime import DeviceError, Runtime
 
-from .train import build_model, evaluate_split, prepare_features, summarize
+from .training import build_model, evaluate_split, prepare_features, summarize
 
 
 def evaluate_checkpoint(

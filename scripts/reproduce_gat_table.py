@@ -37,7 +37,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from common.utils import atomic_write_json, atomic_write_text, console, default_data_root, environment  # noqa: E402
-from graphattn import train  # noqa: E402
+from graphattn import training  # noqa: E402
 from graphattn.config import load_config  # noqa: E402
 
 DATASETS = ("Cora", "CiteSeer", "PubMed")
@@ -119,7 +119,7 @@ def summarize_cell(per_seed: Dict[int, float], softmax: Optional[Dict[int, float
     from common.metrics import paired_t  # scipy
 
     values = list(per_seed.values())
-    out = {**train.summarize([v / 100 for v in values]), "n": len(values), "per_seed": per_seed}
+    out = {**training.summarize([v / 100 for v in values]), "n": len(values), "per_seed": per_seed}
     common = sorted(set(per_seed) & set(softmax or {}))
     if len(common) >= 2:
         diff = paired_t([softmax[s] for s in common], [per_seed[s] for s in common])
@@ -192,7 +192,7 @@ def main(argv=None) -> int:
                 if args.data_root:
                     overrides.append(f"data_root={args.data_root}")
                 try:
-                    result = train.run(load_config(dataset, variant, overrides))
+                    result = training.run(load_config(dataset, variant, overrides))
                 except PlanetoidDataError as err:
                     missing[dataset] = str(err).splitlines()[1].strip()
                     print(f"{dataset}: skipped, {missing[dataset]}", file=sys.stderr)

@@ -83,3 +83,12 @@ def test_mt_prepare_answers_without_torch(args):
     run, modules = imported_modules("mt.prepare", *args)
     assert run.returncode == (0 if args == ("--help",) else 2)
     assert sorted(m for m in modules if m.split(".")[0] == "torch") == []
+
+
+@pytest.mark.parametrize("args", [("--help",), ("--dataset", "Cora", "kl.weight=abc")])
+def test_the_main_job_answers_without_torch(args):
+    """graphattn.train (the README's main job) checks its command line and config before torch is loaded:
+    its training code lives in graphattn.training."""
+    run, modules = imported_modules("graphattn.train", *args)
+    assert run.returncode == (0 if args == ("--help",) else 2)
+    assert sorted(m for m in modules if m.split(".")[0] == "torch") == []

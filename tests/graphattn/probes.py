@@ -7,7 +7,7 @@ from torch_geometric.data import Data
 
 from common.utils.runtime import Runtime
 from graphattn.config import load_config
-from graphattn.train import evaluate_split, prepare_features, train_seed
+from graphattn.training import evaluate_split, prepare_features, train_seed
 
 #: BAM-WC without dropout (its masks would be drawn differently in other dtypes and devices).
 DETERMINISTIC = ["model.dropout=0", "model.value_dropout=0", "kl.weight=0.1", "kl.schedule=constant"]
@@ -45,7 +45,7 @@ def train_probe(device: str = "cpu", precision: str = "fp32", epochs: int = 8, a
 
 def evaluate_probe(checkpoint: dict, cfg, data: Data, device: str = "cpu", precision: str = "fp32") -> float:
     """Test loss of a ``train_probe`` checkpoint evaluated on ``device`` (wherever it was trained)."""
-    from graphattn.train import build_model
+    from graphattn.training import build_model
 
     runtime = Runtime(torch.device(device), precision)
     model = build_model(cfg, data.num_features, data.num_classes)

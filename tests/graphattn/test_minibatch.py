@@ -10,7 +10,7 @@ import torch_geometric.typing
 
 from common import attention
 from common.utils.distributed import DistEnv
-from graphattn import GAT, minibatch, train
+from graphattn import GAT, minibatch, train, training
 from graphattn.fixtures import demo_graph
 from graphattn.config import load_config
 
@@ -64,7 +64,7 @@ def test_without_a_sampler_the_cli_says_what_to_install(monkeypatch, tmp_path, c
     monkeypatch.setattr(torch_geometric.typing, "WITH_PYG_LIB", False)
     cfg = load_config("Cora", None, ["loader.kind=neighbor", f"out_dir={tmp_path}", "seeds=1"])
     with pytest.raises(minibatch.SamplerMissing, match=r'pip install --no-build-isolation -e "\.\[sampler\]"'):
-        train.run(cfg, progress=False, data=demo_graph())
+        training.run(cfg, progress=False, data=demo_graph())
 
 
 @NEEDS_SAMPLER
@@ -84,7 +84,7 @@ def test_neighbor_training_learns_with_every_normalizer(name, tmp_path):
                                      "seeds=1", "train.max_epochs=15", "train.patience=15", f"out_dir={tmp_path}",
                                      "kl.weight=0.1", "train.sparse_features=false", "optim.lr=0.01",
                                      "model.dropout=0.2", "model.value_dropout=0"])  # 0.6 stalls sparsemax on 120 nodes
-    results = train.run(cfg, progress=False, data=demo_graph())
+    results = training.run(cfg, progress=False, data=demo_graph())
     history = [json.loads(line) for line in (tmp_path / "seed0" / "metrics.jsonl").read_text().splitlines()]
     assert len(history) == 15
     assert history[-1]["train/ce"] < history[0]["train/ce"]

@@ -1,7 +1,7 @@
 """GAT on the shared runtime: bf16 autocast follows fp32, and checkpoints written on a GPU evaluate
 and are reused on the CPU."""
 from common.utils import atomic_save
-from graphattn import evaluate, train
+from graphattn import evaluate, training
 
 from ..runtime_checks import BF16, assert_follows, rewrite_as_written_on_cuda
 from .probes import train_probe
@@ -21,5 +21,5 @@ def test_a_seed_written_on_a_gpu_evaluates_and_is_reused_on_the_cpu(tmp_path):
     assert rewrite_as_written_on_cuda(tmp_path) == 1
     report = evaluate.evaluate_checkpoint(tmp_path / "seed0.pt", data_cache={"Cora": data})
     assert report["test"]["loss"] == run["eval"]
-    results = train.run(cfg, progress=False, data=data)  # the finished seed is reused, not retrained
+    results = training.run(cfg, progress=False, data=data)  # the finished seed is reused, not retrained
     assert results["test_acc"]["per_seed"] == [100 * run["checkpoint"]["metrics"]["test"]["acc"]]
