@@ -109,7 +109,7 @@ def test_packaged_configs_pass_their_own_checks(name, loader):
 @pytest.mark.parametrize("override, message", [
     ("train.select=ppl", "train.select='ppl': expected one of bleu, loss"),
     ("eval.beam=0", "eval.beam=0: expected a number >= 1"),
-    ("dataset=wmt14", "dataset='wmt14': expected one of iwslt14, multi30k"),
+    ("dataset=wmt14", "dataset='wmt14': expected one of demo, iwslt14, multi30k"),
 ])
 def test_translation_adds_its_ranges_and_choices(override, message):
     from mt.config import load_config
