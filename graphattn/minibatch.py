@@ -8,7 +8,7 @@ batch (:class:`GlobalBatches`), so N processes take the steps one process would 
 global batch, and DistributedDataParallel averages the gradients.
 
 Evaluation is layer-wise inference over full neighbourhoods (PyG's ``inference`` pattern,
-:func:`layerwise_inference`): each layer is computed for every node, in batches of target nodes
+``GAT.inference``, :func:`layer_over_batches`): each layer is computed for every node, in batches of target nodes
 with all their in-neighbours, before the next layer starts. It is exact (the full-batch forward,
 batch by batch) and costs one pass over the edges per layer, where mini-batch evaluation over
 2-hop neighbourhoods would recompute shared neighbours for every batch.
@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from common.utils.distributed import DistEnv
+from common.utils.distributed import DistEnv, all_reduce_sum
 
 if TYPE_CHECKING:
     from torch_geometric.data import Data
@@ -93,7 +93,8 @@ class GlobalBatches:
 
 def train_loader(data: Data, num_neighbors: Sequence[int], batch_size: int, env: DistEnv, seed: int,
                  num_workers: int = 0):
-    """A ``NeighborLoader`` over the training nodes whose batches are :class:`GlobalBatches` shares.
+    """A ``NeighborLoader`` over the training nodes whose batches are :class:`GlobalBatches` shares
+    (its ``batch_sampler``: call ``loader.batch_sampler.set_epoch(epoch)`` before each epoch).
 
     A batch's first ``batch.batch_size`` nodes are its seeds; ``batch.edge_index`` points from
     sampled neighbours to the nodes that sampled them."""
@@ -103,10 +104,8 @@ def train_loader(data: Data, num_neighbors: Sequence[int], batch_size: int, env:
     seeds = data.train_mask.nonzero().view(-1).cpu()
     batches = GlobalBatches(seeds.numel(), batch_size, env, seed)
     with _quiet_sampler():
-        loader = NeighborLoader(data, num_neighbors=list(num_neighbors), input_nodes=seeds, batch_sampler=batches,
-                                num_workers=num_workers)
-    loader.global_batches = batches
-    return loader
+        return NeighborLoader(data, num_neighbors=list(num_neighbors), input_nodes=seeds, batch_sampler=batches,
+                              num_workers=num_workers)
 
 
 def inference_loader(data: Data, batch_size: int, num_workers: int = 0):
@@ -151,22 +150,14 @@ def layer_over_batches(conv, x: Tensor, loader, env: DistEnv = DistEnv()) -> Ten
         out[n_id[:seeds]] = rows
     if out is None:  # this process had no target batch
         out = x.new_zeros(x.size(0), conv.out_channels * (conv.heads if conv.concat else 1))
-    if env.distributed:
-        import torch.distributed as dist
-
-        dist.all_reduce(out, op=dist.ReduceOp.SUM)
-    return out
+    return all_reduce_sum(out, env)
 
 
 def global_count(local: int, env: DistEnv, device: torch.device) -> int:
     """The number of seed nodes in this step's global batch (summed over processes)."""
     if not env.distributed:
         return local
-    import torch.distributed as dist
-
-    count = torch.tensor([local], device=device)
-    dist.all_reduce(count, op=dist.ReduceOp.SUM)
-    return int(count.item())
+    return int(all_reduce_sum(torch.tensor(local, device=device), env))
 
 
 def seed_loss(logits: Tensor, y: Tensor, global_count: int, env: DistEnv) -> Tensor:

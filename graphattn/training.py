@@ -149,7 +149,7 @@ class NeighborBatches:
 
     def train_epoch(self, model: GAT, optimizer, kl_weight: float, cfg: DictConfig, epoch: int) -> Dict[str, float]:
         """One pass over the training nodes; the metrics are means over every process's seed nodes."""
-        self.loader.global_batches.set_epoch(epoch)
+        self.loader.batch_sampler.set_epoch(epoch)
         device, collect = self.runtime.device, cfg.kl.weight > 0
         totals = torch.zeros(5, dtype=torch.float64, device=device)  # CE sum, correct, seeds, KL sum, steps
         for batch in self.loader:
