@@ -147,19 +147,46 @@ def test_convoluted_2d_one_filter_per_head_by_hand():
     assert torch.equal(out[0, 1], torch.ones(3, 3))
 
 
-def test_convoluted_1d_one_filter_per_row_by_hand():
+def test_convoluted_1d_filters_along_queries_by_hand():
+    """The authors' Conv1D(t, 3) on the [queries, keys] map: filter f, tap d, key channel j."""
     op = ConvolutedAttention(num_heads=1, kind="1d", max_len=4)
-    assert op.weight.shape == (1, 4, 3)
+    assert op.weight.shape == (1, 4, 4, 3) and op.bias.shape == (1, 4)
     with torch.no_grad():
-        op.weight[0, 1] = torch.tensor([0.0, 0.0, 1.0])  # row 1 reads key j+1
-        op.bias[0, 2] = 0.5                              # row 2 gets +0.5
+        op.weight.zero_()
+        op.weight[0, 0, 1, 2] = 1.0   # output column 0 reads key 1 of the next row (i + 1)
+        op.weight[0, 2, 0, 0] = 2.0   # output column 2 reads 2 x key 0 of the previous row (i - 1)
+        op.bias[0, 1] = 0.5           # output column 1 is the constant 0.5
     w = torch.tensor([[[[0.2, 0.3, 0.5], [0.1, 0.6, 0.3], [1.0, 0.0, 0.0]]]])
     out = op(w)[0, 0]
-    assert torch.allclose(out[0], w[0, 0, 0])
-    assert torch.allclose(out[1], torch.tensor([0.6, 0.3, 0.0]))
-    assert torch.allclose(out[2], torch.tensor([1.5, 0.5, 0.5]))
+    expected = torch.tensor([[0.6, 0.5, 0.0],    # row 0: next row's key 1; no row -1
+                             [0.0, 0.5, 0.4],    # row 1: row 2's key 1 = 0; 2 x row 0's key 0
+                             [0.0, 0.5, 0.2]])   # row 2: no row 3; 2 x row 1's key 0
+    assert torch.allclose(out, expected)
     with pytest.raises(ValueError, match="max_len=4"):
-        op(torch.rand(1, 1, 5, 3))
+        op(torch.rand(1, 1, 3, 5))
+
+
+def test_convoluted_relu_and_glorot_as_in_the_authors_code():
+    op = ConvolutedAttention(num_heads=2, kind="1d", max_len=5, activation="relu", init="glorot")
+    limit = (6 / (3 * 5 + 3 * 5)) ** 0.5  # Keras glorot-uniform on a (3, t, t) Conv1D kernel
+    assert op.weight.abs().max() <= limit and op.weight.std() > limit / 3 and torch.all(op.bias == 0)
+    out = op(torch.softmax(torch.randn(3, 2, 4, 4), -1))
+    assert torch.all(out >= 0) and torch.any(out == 0)
+    op2d = ConvolutedAttention(num_heads=2, kind="2d", init="glorot")
+    assert op2d.conv.weight.abs().max() <= (6 / 18) ** 0.5
+
+
+@pytest.mark.parametrize("kind", ["1d", "2d"])
+def test_convoluted_padded_query_rows_do_not_leak(kind):
+    """With a query-and-key mask, the last real row is the same whatever fills the padded rows."""
+    torch.manual_seed(0)
+    op = ConvolutedAttention(num_heads=1, kind=kind, max_len=5, init="glorot")
+    valid = torch.tensor([True, True, True, False, False])
+    mask = valid[:, None] & valid[None, :]
+    w = torch.softmax(torch.randn(1, 1, 5, 5), -1) * mask
+    noisy = w.clone()
+    noisy[..., 3:, :] = torch.rand(2, 5)
+    assert torch.equal(op(w, mask), op(noisy, mask))
 
 
 def test_convoluted_masks_give_exact_zeros_and_causal_2d_reads_no_later_row():

@@ -110,8 +110,9 @@ class Attend(nn.Module):
             s = config.span
             self.span = AdaptiveSpan(num_heads, s.max_span, s.ramp, s.init, s.loss_coef)
         if config.convoluted is not None:
-            self.convoluted = ConvolutedAttention(num_heads, config.convoluted.kind, config.convoluted.max_len,
-                                                  causal=decoder)
+            c = config.convoluted
+            self.convoluted = ConvolutedAttention(num_heads, c.kind, c.max_len, causal=decoder, activation=c.activation,
+                                                  init=c.init)
 
     def extra_repr(self) -> str:
         return f"num_heads={self.num_heads}, head_dim={self.head_dim}, dropout={self.dropout_p}, plain={self.plain}"

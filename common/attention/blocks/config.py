@@ -74,10 +74,14 @@ class SpanConfig:
 
 @dataclass
 class ConvolutedConfig:
-    """Convoluted attention after normalisation: ``"2d"`` (one 3x3 filter per head) or ``"1d"`` (per row)."""
+    """Convoluted attention after normalisation: ``"2d"`` (one 3x3 filter per head) or ``"1d"`` (``max_len``
+    filters along the queries); ``activation`` ``None`` or ``"relu"``, ``init`` ``"identity"`` or ``"glorot"``
+    (:class:`~common.attention.maps.ConvolutedAttention`)."""
 
     kind: str = "2d"
     max_len: Optional[int] = None
+    activation: Optional[str] = None
+    init: str = "identity"
 
     def __post_init__(self):
         if self.kind not in CONVOLUTED_KINDS:

@@ -25,12 +25,14 @@ class MultiHeadAttention(nn.Module):
         config: :class:`AttendConfig` or a mapping of its fields.
         kdim, vdim: widths of key/value inputs for cross-attention (default ``embed_dim``).
         bias: biases on the four projections.
+        out_proj: False leaves the heads' outputs concatenated, without the output projection
+            (the self-attention layers of Dufter et al., 2020).
         first_layer, decoder: see :class:`Attend`.
     """
 
     def __init__(self, embed_dim: int, num_heads: int, config: "AttendConfig | Mapping | None" = None, *,
                  kdim: Optional[int] = None, vdim: Optional[int] = None, bias: bool = True,
-                 first_layer: bool = False, decoder: bool = False):
+                 out_proj: bool = True, first_layer: bool = False, decoder: bool = False):
         super().__init__()
         if embed_dim % num_heads:
             raise ValueError(f"embed_dim={embed_dim} must be divisible by num_heads={num_heads}")
@@ -39,7 +41,7 @@ class MultiHeadAttention(nn.Module):
         self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
         self.k_proj = nn.Linear(kdim or embed_dim, embed_dim, bias=bias)
         self.v_proj = nn.Linear(vdim or embed_dim, embed_dim, bias=bias)
-        self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+        self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias) if out_proj else nn.Identity()
         self.temperature = LearnableTemperature() if config.temperature else None
         self.attend = Attend(num_heads, self.head_dim, replace(config, temperature=False),
                              first_layer=first_layer, decoder=decoder)
