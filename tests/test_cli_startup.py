@@ -34,9 +34,12 @@ CLIS = {
     "vqa.lxmert.train": "optim.name=sgd",
     "vqa.lxmert.evaluate": None,
     "vqa.lxmert.flops": None,
+    "tagging.train": "train.batch_size=abc",
+    "tagging.evaluate": None,
+    "scripts/reproduce_pos_table.py": None,
 }
 MODEL_MODULES += ("vqa.mcan", "vqa.lxmert.model", "vqa.lxmert.attention", "vqa.lxmert.adapt")
-MODEL_MODULES += ("captioning.models",)
+MODEL_MODULES += ("captioning.models", "tagging.model", "tagging.data", "tagging.training")
 
 
 def imported_modules(module: str, *args: str):

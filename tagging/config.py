@@ -1,0 +1,34 @@
+"""Configs: ``tagging/configs/tagging.yaml``, then a user YAML (``--config``), then ``key=value`` overrides."""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+from omegaconf import DictConfig
+
+from common.utils.config import DROPOUT, Rule, at_least, layer_configs, packaged_config
+
+#: The treebanks of the paper's 47 (``pdufter/convatt`` ``ud_parallel.py``) staged under ``<data_root>/ud``.
+PAPER_TREEBANKS = ("UD_Afrikaans-AfriBooms", "UD_English-GUM", "UD_English-LinES", "UD_French-Sequoia",
+                   "UD_French-Spoken", "UD_Gothic-PROIEL", "UD_Greek-GDT", "UD_Hungarian-Szeged",
+                   "UD_Old_Church_Slavonic-PROIEL", "UD_Swedish-LinES", "UD_Vietnamese-VTB")
+#: The variants' keys (tagging.model.VARIANTS), listed here so that the command line is checked without torch.
+VARIANT_NAMES = ("pe-add", "pe-con", "p", "r", "pr", "temp", "conv1d", "conv2d")
+
+RULES = {"variant": Rule(choices=VARIANT_NAMES), "data.max_len": at_least(1), "data.max_word_chars": at_least(1),
+         "data.vocab_fraction": Rule(low=0, high=1, low_open=True), "model.word_dim": at_least(1),
+         "model.char_dim": at_least(1), "model.char_layers": at_least(1), "model.char_kernel": at_least(1),
+         "model.concat_position_dim": at_least(1), "model.layers": at_least(1), "model.heads": at_least(1),
+         "model.dropout": DROPOUT, "train.batch_size": at_least(1), "train.max_epochs": at_least(1),
+         "train.patience": at_least(1), "train.curve_every": at_least(1), "train.mc_samples": at_least(0),
+         "train.precision": Rule(choices=("fp32", "bf16", "fp16"))}
+
+
+def load_config(overrides: Sequence[str] = (), config_file: Optional[str] = None) -> DictConfig:
+    """The resolved, checked config."""
+    cfg = layer_configs(packaged_config("tagging", "tagging.yaml"), config_file, overrides,
+                        open_keys=["attention.options"], defaults_name="tagging/configs/tagging.yaml", rules=RULES)
+    width = cfg.model.word_dim + cfg.model.char_dim + (cfg.model.concat_position_dim if cfg.variant == "pe-con" else 0)
+    if width % cfg.model.heads:
+        raise ValueError(f"model.heads={cfg.model.heads} must divide the input width {width} (word_dim + char_dim"
+                         f"{' + concat_position_dim' if cfg.variant == 'pe-con' else ''})")
+    return cfg

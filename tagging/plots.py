@@ -1,0 +1,60 @@
+"""Learning-curve figures: dev accuracy against updates, per seed (``curves.png``) and per variant
+(the paper's Figure 2, from :mod:`scripts.reproduce_pos_table`)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from common.utils import atomic_save_figure
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_curves(per_seed: Sequence[dict], label: str, path: Path) -> Path:
+    """Dev accuracy (all words) against updates for each seed, with the best epoch marked."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for record in per_seed:
+        curve = record["curve"]
+        line, = ax.plot([p["step"] for p in curve], [p["dev_acc"] for p in curve], label=f"seed {record['seed']}")
+        best = next(p for p in curve if p["epoch_end"] and p["epoch"] == record["best_epoch"])
+        ax.plot(best["step"], best["dev_acc"], "o", color=line.get_color())
+    ax.plot([], [], "o", color="grey", label="best epoch (tested)")
+    ax.set_xlabel("updates")
+    ax.set_ylabel("dev accuracy, all words (%)")
+    ax.set_title(label)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    return atomic_save_figure(fig, path)
+
+
+def mean_curve(curves: Sequence[Sequence[dict]], grid: np.ndarray) -> np.ndarray:
+    """The mean over ``curves`` of dev accuracy interpolated at the updates in ``grid`` (each curve held at its
+    last value after it ends)."""
+    values = [np.interp(grid, [p["step"] for p in c], [p["dev_acc"] for p in c]) for c in curves]
+    return np.mean(values, axis=0)
+
+
+def plot_variant_curves(curves: Mapping[str, Sequence[Sequence[dict]]], path: Path, max_updates: int,
+                        title: str = "") -> Path:
+    """One line per variant: mean dev accuracy over its runs (seeds x treebanks) for the first ``max_updates``."""
+    plt = _pyplot()
+    grid = np.linspace(0, max_updates, 101)[1:]
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    for label, runs in curves.items():
+        ax.plot(grid, mean_curve(runs, grid), label=f"{label} (n={len(runs)})")
+    ax.set_xlabel("updates")
+    ax.set_ylabel("mean dev accuracy, all words (%)")
+    ax.set_title(title)
+    ax.legend(loc="lower right", fontsize="small")
+    fig.tight_layout()
+    return atomic_save_figure(fig, path)

@@ -1,0 +1,63 @@
+"""Train PoS taggers on a UD treebank over several seeds; write checkpoints, curves and a results JSON.
+
+    python -m tagging.train --treebank UD_English-GUM --variant conv2d --seeds 3 [key=value ...]
+
+The command line and the config are checked first; torch and the model are imported only then
+(:mod:`tagging.training` does the work and documents the protocol and the files written).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Optional, Sequence
+
+from common.utils import console
+from common.utils.cli import overrides_from, training_parser
+
+from .config import VARIANT_NAMES, load_config
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    parser = training_parser("python -m tagging.train", __doc__.split("\n")[0], "tagging/configs/tagging.yaml",
+                             "train.batch_size=64 attention.name=bam-wc", data_root_help="directory holding ud/",
+                             out_help="output directory (default runs/tagging/<treebank>/<variant>)")
+    parser.add_argument("--treebank", help="UD treebank: a directory name under <data-root>/ud (e.g. UD_English-GUM) "
+                                           "or the path of a treebank directory")
+    parser.add_argument("--variant", choices=VARIANT_NAMES,
+                        help="pe-add (SAN+PE[add], default), pe-con, p, r, pr (direct position interactions), temp "
+                             "(learnable temperature), conv1d, conv2d (convoluted attention)")
+    parser.add_argument("--attention", help="normalizer in every layer (default softmax): bam-wc, entmax, ...")
+    parser.add_argument("--seeds", type=int, help="number of seeds (default 3)")
+    parser.add_argument("--precision", choices=("fp32", "bf16", "fp16"), help="autocast precision (default fp32)")
+    return parser.parse_intermixed_args(argv)
+
+
+@console.interruptible
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = parse_args(argv)
+    overrides = overrides_from(args, {"treebank": args.treebank, "variant": args.variant,
+                                      "attention.name": args.attention, "seeds": args.seeds,
+                                      "train.precision": args.precision})
+    try:
+        cfg = load_config(overrides, args.config)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    from .training import RUN_ERRORS, default_out_dir, run
+
+    try:
+        results = run(cfg, progress=not args.no_progress)
+    except RUN_ERRORS as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    test, out_dir = results["test"], default_out_dir(cfg)
+    print(f"{results['treebank']} {results['label']}: test accuracy {test['all']['mean']:.2f} +- "
+          f"{test['all']['std']:.2f} (OOV {test['oov']['mean']:.2f}, ambiguous {test['ambiguous']['mean']:.2f}) "
+          f"over {len(results['seeds'])} seeds, {results['train_seconds']['total']:.0f} s of training")
+    console.files_written([out_dir / "results.json", *results["plots"],
+                           *(out_dir / f"seed{seed}" for seed in results["seeds"])])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
