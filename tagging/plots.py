@@ -48,7 +48,8 @@ def plot_variant_curves(curves: Mapping[str, Sequence[Sequence[dict]]], path: Pa
                         title: str = "") -> Path:
     """One line per variant: mean dev accuracy over its runs (seeds x treebanks) for the first ``max_updates``."""
     plt = _pyplot()
-    grid = np.linspace(0, max_updates, 101)[1:]
+    first = max(runs[0]["step"] for runs_ in curves.values() for runs in runs_)  # no extrapolation before it
+    grid = np.linspace(first, max_updates, 100)
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     for label, runs in curves.items():
         ax.plot(grid, mean_curve(runs, grid), label=f"{label} (n={len(runs)})")
