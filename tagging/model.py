@@ -58,10 +58,11 @@ class CharCNN(nn.Module):
     def forward(self, chars: Tensor) -> Tensor:
         """``chars [N, C]`` (the characters of N words, 0 = padding) -> ``[N, dim]``."""
         present = (chars != 0)[:, None, :]
-        h = self.embed(chars).transpose(1, 2)  # [N, dim, C]
+        h = self.embed(chars).transpose(1, 2)  # [N, dim, C]; the padding embedding is zero
         for conv in self.convs:
-            h = F.relu(conv(h))
-        h = h.masked_fill(~present, 0.0)  # after ReLU every value is >= 0, so padding never wins the max
+            # zero beyond the word after every layer: each word is computed as if alone (zero-padded borders),
+            # whatever the longest word of its batch; after ReLU values are >= 0, so padding never wins the max
+            h = F.relu(conv(h)).masked_fill(~present, 0.0)
         return h.amax(-1)
 
 

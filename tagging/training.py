@@ -116,7 +116,7 @@ class SeedRun:
                       "train on a treebank with some")
         self.per_epoch = len(self.order(0))
         self.state = {"epoch": 0, "batch": 0, "step": 0, "best_acc": -1.0, "best_epoch": None, "bad_epochs": 0,
-                      "curve": [], "train_seconds": 0.0, "done": False}
+                      "curve": [], "train_seconds": 0.0, "loss": float("nan"), "done": False}
         path = self.dir / "checkpoint.pt"
         if path.exists():
             saved = torch.load(path, map_location=runtime.device, weights_only=False)
@@ -167,7 +167,7 @@ class SeedRun:
                 order = self.order(s["epoch"])[s["batch"]:]
                 for batch in batches(self.treebank.chunks["train"], cfg.train.batch_size, order):
                     with console.finish_first(f"update {s['step'] + 1}"):
-                        loss = self.train_step(batch)
+                        s["loss"] = loss = self.train_step(batch)
                         s["batch"] += 1
                         s["step"] += 1
                         if s["epoch"] == 0 and s["step"] % cfg.train.curve_every == 0 and s["batch"] < self.per_epoch:
@@ -177,7 +177,7 @@ class SeedRun:
                             logger.log(s["step"], **{"dev/acc": acc, "train/loss": loss})
                     bar.update()
                 with console.finish_first("the end of the epoch"):
-                    self._end_epoch(logger, loss)
+                    self._end_epoch(logger, s["loss"])  # the epoch's last loss, also after a resume at its end
                     s["train_seconds"] += time.perf_counter() - tick
                     tick = time.perf_counter()
                     self.save()

@@ -74,6 +74,8 @@ def test_every_variant_and_normalizer_runs_forward_and_backward(variant, normali
             assert p.grad.abs().sum() > 0
         elif name.endswith("bias") and ("convoluted" in name or "conv.bias" in name):
             continue  # a ReLU'd bias can be dead on a tiny batch
+        elif name.endswith("prior_net.out.bias"):
+            continue  # shifts every key's prior logit alike, and the prior is a softmax over keys: zero gradient
         else:
             assert p.grad.abs().sum() > 0, f"{name} has an all-zero gradient"
 
@@ -93,10 +95,6 @@ def test_real_words_do_not_depend_on_the_padding_of_the_batch(variant, normalize
     assert torch.allclose(alone[0], a[1, :3], atol=1e-5)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="bug: tagging/model.py CharCNN.forward zeroes the padded character positions only after "
-                          "the last convolution, so with char_layers > 1 a word's vector depends on the longest word "
-                          "of its batch (the padded positions hold relu(bias + ...) != 0 for the next convolution)")
 def test_real_words_do_not_depend_on_the_longest_word_of_the_batch():
     model = tagger("pe-add").eval()
     two = collate(chunks(FIRST, SECOND))
@@ -125,9 +123,6 @@ def test_charcnn_max_pool_ignores_the_padding():
     assert torch.allclose(alone, padded, atol=1e-6)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="bug: tagging/model.py CharCNN.forward masks the padding only before the max-pool; the "
-                          "2nd and 3rd convolutions read the padded positions' relu(bias + ...) values")
 def test_charcnn_word_vector_equals_the_word_computed_alone():
     alone, padded = _charcnn_alone_vs_padded(layers=3)
     assert torch.allclose(alone, padded, atol=1e-6)

@@ -71,10 +71,7 @@ def _compare(record: dict, reference: dict, run_dir: Path, reference_dir: Path) 
 @pytest.mark.parametrize("interrupt_at", [
     PER_EPOCH + 3,   # the middle of epoch 2
     5,               # the middle of epoch 1, between two points of the learning curve
-    pytest.param(PER_EPOCH, marks=pytest.mark.xfail(
-        strict=True, raises=UnboundLocalError,
-        reason="bug: tagging/training.py SeedRun.run: a Ctrl-C during an epoch's last update saves batch == "
-               "per_epoch; the resumed loop has no batch left, so `loss` is unbound at self._end_epoch(logger, loss)")),
+    PER_EPOCH,       # the last update of epoch 1: the resumed epoch has no batch left, only its end
 ])
 def test_ctrl_c_and_a_rerun_give_the_uninterrupted_results(baseline, tmp_path, ctrl_c_on_call, interrupt_at):
     treebank, straight, reference = baseline
