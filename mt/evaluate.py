@@ -9,48 +9,15 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
-from contextlib import nullcontext
 from pathlib import Path
-from typing import Dict, Optional, Sequence
+from typing import Optional, Sequence
 
-
-from common.utils import atomic_write_json, console, default_data_root, results_record
+from common.utils import atomic_write_json, console, default_data_root
 from common.utils.cli import add_runtime_options, runtime_from
 from common.utils.paths import DATA_ROOT_ENV
-from common.utils.runtime import DeviceError, Runtime
 
-from .bleu import detokenised_bleu, tokenised_bleu
-from .data import DataError, Prepared, load_split
-from .run import RunFiles, load_model
+from .data import DataError
 from .text import write_lines
-from .translation import ids_to_text, translate_ids
-
-
-def bleu_on_split(model, prepared: Prepared, split: str, beam: int, length_penalty: float, max_len_a: float,
-                  max_len_b: int, batch_size: int, limit: Optional[int] = None, detok: bool = True,
-                  progress: bool = False, runtime: Optional[Runtime] = None) -> Dict[str, object]:
-    """Translate ``split`` (its first ``limit`` sentences) with ``model`` (on its device, under the
-    ``runtime``'s precision) and score it; hypotheses included."""
-    data = load_split(prepared, split)
-    refs_tok = prepared.lines(split, "tok", "tgt")
-    sources = data.src[:limit] if limit else data.src
-    refs_tok = refs_tok[: len(sources)]
-    start = time.perf_counter()
-    with runtime.autocast() if runtime is not None else nullcontext():
-        ids = translate_ids(model, sources, prepared.src_vocab.pad, prepared.tgt_vocab, beam_size=beam,
-                            length_penalty=length_penalty, max_len_a=max_len_a, max_len_b=max_len_b,
-                            batch_size=batch_size, progress=progress)
-    seconds = time.perf_counter() - start
-    hyps = ids_to_text(ids, prepared.tgt_vocab)
-    result: Dict[str, object] = {"split": split, "sentences": len(hyps), "bleu": tokenised_bleu(hyps, refs_tok),
-                                 "decode_seconds": seconds, "sentences_per_second": len(hyps) / seconds,
-                                 "hypotheses": hyps}
-    if detok:
-        refs_raw = prepared.lines(split, "raw", "tgt")[: len(sources)]
-        sacre = detokenised_bleu(hyps, refs_raw, prepared.manifest["tgt"])
-        result.update(sacrebleu=sacre["score"], sacrebleu_signature=sacre["signature"])
-    return result
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -66,6 +33,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--data-root", default=None, help=f"data root (default: ${DATA_ROOT_ENV})")
     add_runtime_options(parser)
     args = parser.parse_args(argv)
+    # the command line is valid: now torch and the model
+    from common.utils import results_record
+    from common.utils.runtime import DeviceError
+
+    from .run import RunFiles, load_model
+    from .translation import bleu_on_split
+
     try:
         runtime = runtime_from(args)
         files = RunFiles(args.run_dir)

@@ -6,7 +6,7 @@ import signal
 import torch
 
 from common.utils import console, read_metrics
-from mt import train
+from mt import train, training
 
 from .test_cli import TINY
 
@@ -37,7 +37,7 @@ def test_a_run_stopping_between_validations_validates_its_last_update(tiny_root,
 
 def interrupt_at(monkeypatch, step, signals=1):
     """Send ``signals`` SIGINTs while update ``step`` logs (inside the update, so the first one is held)."""
-    log_window = train.Trainer._log_window
+    log_window = training.Trainer._log_window
 
     def log_and_interrupt(self, *a, **k):
         log_window(self, *a, **k)
@@ -45,7 +45,7 @@ def interrupt_at(monkeypatch, step, signals=1):
             for _ in range(signals):
                 os.kill(os.getpid(), signal.SIGINT)
 
-    monkeypatch.setattr(train.Trainer, "_log_window", log_and_interrupt)
+    monkeypatch.setattr(training.Trainer, "_log_window", log_and_interrupt)
 
 
 def history(out):

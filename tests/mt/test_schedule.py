@@ -1,10 +1,10 @@
-"""Learning-rate schedules of mt.train: inverse square root with warm-up, plateau halving."""
+"""Learning-rate schedules of mt.training (python -m mt.train): inverse square root with warm-up, plateau halving."""
 import math
 
 import pytest
 import torch
 
-from mt.train import LRSchedule
+from mt.training import LRSchedule
 
 
 def optimizer():
