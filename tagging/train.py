@@ -1,6 +1,7 @@
 """Train PoS taggers on a UD treebank over several seeds; write checkpoints, curves and a results JSON.
 
     python -m tagging.train --treebank UD_English-GUM --variant conv2d --seeds 3 [key=value ...]
+    python -m tagging.train --demo          # no data needed: a toy treebank written to <out>/data (a minute)
 
 The command line and the config are checked first; torch and the model are imported only then
 (:mod:`tagging.training` does the work and documents the protocol and the files written).
@@ -9,10 +10,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Optional, Sequence
 
 from common.utils import console
 from common.utils.cli import overrides_from, training_parser
+from common.utils.config import place_demo
 
 from .config import VARIANT_NAMES, load_config
 
@@ -29,7 +32,13 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("--attention", help="normalizer in every layer (default softmax): bam-wc, entmax, ...")
     parser.add_argument("--seeds", type=int, help="number of seeds (default 3)")
     parser.add_argument("--precision", choices=("fp32", "bf16", "fp16"), help="autocast precision (default fp32)")
-    return parser.parse_intermixed_args(argv)
+    parser.add_argument("--demo", action="store_true",
+                        help="train on a toy treebank written to <out>/data (default out runs/tagging/demo/<variant>): "
+                             "the whole pipeline without any data")
+    args = parser.parse_intermixed_args(argv)
+    if args.demo and args.treebank:
+        parser.error("--demo writes and trains on its own toy treebank; drop --treebank")
+    return args
 
 
 @console.interruptible
@@ -40,9 +49,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                       "train.precision": args.precision})
     try:
         cfg = load_config(overrides, args.config)
+        if args.demo:
+            place_demo(cfg, Path("runs") / "tagging" / "demo" / cfg.variant)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    if args.demo:
+        from .fixtures import DEMO_TREEBANK, write_demo_treebank
+
+        write_demo_treebank(Path(cfg.data_root))
+        cfg.treebank = DEMO_TREEBANK
     from .training import RUN_ERRORS, default_out_dir, run
 
     try:

@@ -69,3 +69,16 @@ def test_train_then_evaluate_reproduces_the_test_accuracy(tiny_treebank, tmp_pat
     assert evaluation["all"]["mean"] == seed["test"]["all"] and evaluation["treebank"] == "UD_Toy-Tiny"
     assert evaluation["config"] == {"split": "test", "mc_samples": 0}
     assert f"seed 0: UD_Toy-Tiny test accuracy {seed['test']['all']:.2f}" in done.stdout
+
+
+def test_demo_trains_on_its_own_toy_treebank_without_any_data(tmp_path):
+    out = tmp_path / "demo"
+    done = cli("tagging.train", "--demo", "--seeds", "1", "--out", str(out), "--threads", "1", "--no-progress", *TINY)
+    assert done.returncode == 0, done.stderr
+    files = sorted(p.name for p in (out / "data" / "ud" / "UD_Demo-Toy").iterdir())
+    assert files == ["xx_tiny-ud-dev.conllu.gz", "xx_tiny-ud-test.conllu.gz", "xx_tiny-ud-train.conllu.gz"]
+    record = json.loads((out / "results.json").read_text())
+    assert record["treebank"] == "UD_Demo-Toy" and record["counts"]["train"]["sentences"] == 300
+    assert record["test"]["all"]["mean"] > 80  # the toy grammar is learnt within two epochs
+    refused = cli("tagging.train", "--demo", "--data-root", str(tmp_path), "--out", str(tmp_path / "x"))
+    assert refused.returncode == 2 and "--demo writes its synthetic data to <out>/data" in refused.stderr

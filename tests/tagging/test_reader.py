@@ -9,7 +9,7 @@ import pytest
 
 from tagging.data import Sentence, TreebankError, load_treebank, read_conllu, split_files, treebank_dir
 
-from .conftest import write_tiny_treebank
+from tagging.fixtures import write_toy_treebank
 
 
 def row(*columns: str) -> str:
@@ -122,7 +122,7 @@ def test_a_file_without_sentences_is_an_error(tmp_path):
 
 
 def test_a_missing_dev_file_names_the_directory_and_the_split(tmp_path):
-    directory = write_tiny_treebank(tmp_path / "UD_Toy-Tiny")
+    directory = write_toy_treebank(tmp_path / "UD_Toy-Tiny")
     (directory / "xx_tiny-ud-dev.conllu").unlink()
     with pytest.raises(TreebankError) as err:
         split_files(directory)
@@ -132,7 +132,7 @@ def test_a_missing_dev_file_names_the_directory_and_the_split(tmp_path):
 
 
 def test_two_files_of_one_split_are_an_error(tmp_path):
-    directory = write_tiny_treebank(tmp_path / "UD_Toy-Tiny")
+    directory = write_toy_treebank(tmp_path / "UD_Toy-Tiny")
     (directory / "yy-ud-train.conllu").write_text("\n".join(GOOD) + "\n")
     with pytest.raises(TreebankError, match=r"several train files \(xx_tiny-ud-train.conllu, yy-ud-train.conllu\)"):
         split_files(directory)
@@ -149,8 +149,8 @@ def test_an_unknown_treebank_lists_the_treebanks_found(tmp_path):
 
 
 def test_treebank_names_with_or_without_ud_prefix_and_paths(tmp_path):
-    ud = write_tiny_treebank(tmp_path / "ud" / "UD_Toy-Tiny", gzipped=True)
-    flat = write_tiny_treebank(tmp_path / "UD_Toy-Flat")
+    ud = write_toy_treebank(tmp_path / "ud" / "UD_Toy-Tiny", gzipped=True)
+    flat = write_toy_treebank(tmp_path / "UD_Toy-Flat")
     assert treebank_dir(tmp_path, "UD_Toy-Tiny") == ud
     assert treebank_dir(tmp_path, "Toy-Tiny") == ud
     assert treebank_dir(tmp_path, "Toy-Flat") == flat           # directly under the data root

@@ -12,7 +12,7 @@ import torch
 from tagging import training
 from tagging.config import load_config
 
-from .conftest import write_tiny_treebank
+from tagging.fixtures import write_toy_treebank
 
 PER_EPOCH = 8   # 30 training sentences in batches of 4
 
@@ -29,7 +29,7 @@ def baseline(tmp_path_factory):
     """One uninterrupted run: (treebank directory, run directory, record)."""
     threads = torch.get_num_threads()
     root = tmp_path_factory.mktemp("tagging-run")
-    treebank = write_tiny_treebank(root / "UD_Toy-Tiny")
+    treebank = write_toy_treebank(root / "UD_Toy-Tiny")
     record = training.run(config(treebank, root / "straight"), progress=False)
     torch.set_num_threads(threads)
     return treebank, root / "straight", record
@@ -114,7 +114,7 @@ def test_a_changed_config_refuses_to_resume_and_names_the_key(baseline, tmp_path
 
 
 def test_early_stopping_stops_after_patience_epochs_without_a_better_dev_accuracy(tmp_path):
-    treebank = write_tiny_treebank(tmp_path / "UD_Toy-Tiny", seed=3)
+    treebank = write_toy_treebank(tmp_path / "UD_Toy-Tiny", seed=3)
     record = training.run(config(treebank, tmp_path / "run", "train.max_epochs=8", "train.patience=1",
                                  "optim.lr=0.05"), progress=False)
     (seed,) = record["per_seed"]
