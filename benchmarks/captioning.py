@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _measure import environment, write_json  # noqa: E402
 
 from captioning.models import Att2in, Att2inConfig  # noqa: E402
-from captioning.train import caption_nll  # noqa: E402
+from captioning.training import caption_nll  # noqa: E402
 from common import attention  # noqa: E402
 from common.utils.runtime import Runtime  # noqa: E402
 

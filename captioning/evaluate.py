@@ -16,22 +16,20 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Sequence
 
-import torch
 from omegaconf import OmegaConf
-from torch.utils.data import DataLoader
 
-from common.features import RegionFeatureError, RegionFeatureStore
 from common.text import Vocabulary
-from common.utils import atomic_write_json, console, results_record
+from common.utils import atomic_write_json, console
 from common.utils.cli import add_runtime_options, runtime_from
-from common.utils.runtime import DeviceError, Runtime
 
 from .config import build_model, data_path, prepared_dir
-from .data import CaptionCorpus, CaptionDataset, collate
-from .metrics import METRICS, coco_results, score_captions
+from .metrics import METRICS, coco_results, format_scores, score_captions
 from .prepare import CaptionDataError
 
-if TYPE_CHECKING:  # the model is imported once the command line has been checked
+if TYPE_CHECKING:  # torch, the data and the model are imported once the command line has been checked
+    from common.utils.runtime import Runtime
+
+    from .data import CaptionDataset
     from .models import Att2in
 
 
@@ -40,6 +38,13 @@ def caption_images(model: Att2in, dataset: CaptionDataset, vocab: Vocabulary, be
                    length_penalty: float = 0.0, runtime: Optional[Runtime] = None) -> dict[int, str]:
     """``{image_id: caption}`` for every image of ``dataset`` (model in eval mode: BAM's posterior mean),
     decoded on the model's device under the ``runtime``'s precision."""
+    import torch
+    from torch.utils.data import DataLoader
+
+    from common.utils.runtime import Runtime
+
+    from .data import collate
+
     runtime = runtime or Runtime(next(model.parameters()).device)
     model.eval()
     # its own generator: creating the iterator must not draw from (and so change) the training RNG
@@ -62,6 +67,8 @@ def load_checkpoint(path: Path) -> tuple[Att2in, dict, Vocabulary]:
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint {path} does not exist; pass a `python -m captioning.train` output "
                                 f"directory or its best.pt")
+    import torch
+
     checkpoint = torch.load(path, map_location="cpu", weights_only=False)
     missing = [key for key in ("model", "config", "vocab", "feature_dim") if key not in checkpoint]
     if missing:
@@ -78,6 +85,14 @@ def evaluate_checkpoint(path: Path, split: str = "test", beam_size: int = 5, max
                         metrics: Sequence[str] = METRICS, batch_size: int = 50, progress: bool = True,
                         length_penalty: float = 0.0, runtime: Optional[Runtime] = None) -> dict:
     """Decode and score ``split``; writes ``captions_<split>.json`` and ``results_<split>.json``."""
+    import torch
+
+    from common.features import RegionFeatureStore
+    from common.utils import results_record
+    from common.utils.runtime import Runtime
+
+    from .data import CaptionCorpus, CaptionDataset
+
     runtime = runtime or Runtime(torch.device("cpu"))
     model, checkpoint, vocab = load_checkpoint(path)
     model.to(runtime.device)
@@ -106,10 +121,6 @@ def evaluate_checkpoint(path: Path, split: str = "test", beam_size: int = 5, max
     return results
 
 
-def format_scores(scores: dict) -> str:
-    return " ".join(f"{name} {100 * value:.1f}" for name, value in scores.items() if isinstance(value, float))
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m captioning.evaluate", description=__doc__.split("\n")[0])
     parser.add_argument("checkpoint", type=Path, help="a captioning.train output directory or its best.pt")
@@ -124,6 +135,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     add_runtime_options(parser)
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
+    from common.features import RegionFeatureError
+    from common.utils.runtime import DeviceError
+
     try:
         results = evaluate_checkpoint(args.checkpoint, args.split, args.beam_size, args.max_length, args.data_root,
                                       args.max_images, args.metrics, progress=not args.no_progress,

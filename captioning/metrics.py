@@ -87,3 +87,8 @@ def score_captions(predictions: Mapping[int, str], references: Mapping[int, Sequ
 def coco_results(predictions: Mapping[int, str]) -> list[dict]:
     """The COCO caption results format: ``[{"image_id": .., "caption": ..}, ...]``."""
     return [{"image_id": int(i), "caption": c} for i, c in sorted(predictions.items())]
+
+
+def format_scores(scores: dict) -> str:
+    """``BLEU-4 31.2 CIDEr 98.7 ...``: the scores in percent, on one line."""
+    return " ".join(f"{name} {100 * value:.1f}" for name, value in scores.items() if isinstance(value, float))

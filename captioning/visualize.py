@@ -14,19 +14,19 @@ import argparse
 import math
 import sys
 from pathlib import Path
-from typing import Optional, Sequence, Union
+from typing import TYPE_CHECKING, Optional, Sequence, Union
 
 import numpy as np
-import torch
 from omegaconf import OmegaConf
 
-from common.features import RegionFeatureError, RegionFeatureStore, pad_regions
 from common.utils import atomic_save_figure, console
 from common.utils.cli import add_runtime_options, runtime_from
-from common.utils.runtime import DeviceError, Runtime
 
 from .config import data_path
 from .evaluate import load_checkpoint
+
+if TYPE_CHECKING:  # torch and the features are imported once the command line has been checked
+    from common.utils.runtime import Runtime
 
 
 def box_heatmap(boxes: np.ndarray, weights: np.ndarray, height: int, width: int) -> np.ndarray:
@@ -75,6 +75,11 @@ def plot_attention(image: np.ndarray, boxes: np.ndarray, words: Sequence[str], p
 def attention_figure(checkpoint: Path, image_id: int, image_path: Path, out: Path, data_root: Optional[str] = None,
                      max_length: int = 16, runtime: Optional[Runtime] = None) -> dict:
     """Caption image ``image_id`` greedily and plot its prior/posterior attention; returns the caption."""
+    import torch
+
+    from common.features import RegionFeatureError, RegionFeatureStore, pad_regions
+    from common.utils.runtime import Runtime
+
     runtime = runtime or Runtime(torch.device("cpu"))
     model, ckpt, vocab = load_checkpoint(checkpoint)
     model.to(runtime.device)
@@ -112,6 +117,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--data-root", help="data directory (default: the one used in training)")
     add_runtime_options(parser)
     args = parser.parse_args(argv)
+    from common.features import RegionFeatureError
+    from common.utils.runtime import DeviceError
+
     try:
         result = attention_figure(args.checkpoint, args.image_id, args.image, args.out, args.data_root,
                                   runtime=runtime_from(args))

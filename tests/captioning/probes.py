@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader
 
-from captioning import train
+from captioning import training
 from captioning.config import data_path, load_config, prepared_dir
 from captioning.data import CaptionCorpus, CaptionDataset, collate
 from captioning.evaluate import load_checkpoint
@@ -24,7 +24,7 @@ def train_probe(root: Path, work: Path, overrides, device: str = "cpu", precisio
                                  "eval.metrics=[cider]", "kl.warmup=0", "kl.schedule=constant", "kl.weight=0.5",
                                  *extra])
     runtime = Runtime(torch.device(device), precision)
-    results = train.run(cfg, progress=False, runtime=runtime)
+    results = training.run(cfg, progress=False, runtime=runtime)
     return {"losses": [row["train/loss"] for row in results["history"]],
             "eval": validation_nll(out / "best.pt", cfg, runtime), "results": results, "out": out, "cfg": cfg}
 
@@ -43,6 +43,6 @@ def validation_nll(checkpoint: Path, cfg, runtime: Runtime) -> float:
         batch = runtime.to_device(batch)
         with runtime.autocast():
             log_probs = model(batch["features"], batch["mask"], batch["captions"])
-        total += float(train.caption_nll(log_probs.float(), batch["captions"], vocab.pad))
+        total += float(training.caption_nll(log_probs.float(), batch["captions"], vocab.pad))
         batches += 1
     return total / batches

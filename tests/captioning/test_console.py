@@ -1,7 +1,7 @@
 """``captioning.train`` with its output piped: a line per epoch, the summary and the files written."""
 import json
 
-from captioning import train
+from captioning import train, training
 
 
 def test_piped_run_prints_epoch_lines_summary_and_files(coco_fixture, tiny_overrides, tmp_path, capsys):
@@ -32,7 +32,7 @@ def test_ctrl_c_exits_130_with_a_resume_hint_and_the_rerun_resumes(coco_fixture,
             "eval.every=0", "eval.metrics=[cider]", *overrides]
     monkeypatch.setenv(console.PROGRESS_SECONDS_ENV, "3600")
     # 20 images x 5 captions / batches of 5 images: 4 batches an epoch; the 6th is epoch 2's second
-    restore = ctrl_c_on_call(train, "caption_nll", 6)
+    restore = ctrl_c_on_call(training, "caption_nll", 6)
     assert train.main(argv) == 130
     err = capsys.readouterr().err
     assert err.rstrip().endswith("interrupted at epoch 2/2 batch 1/4; re-run the same command to resume")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from captioning import train
+from captioning import training
 from captioning.config import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,5 +36,5 @@ def test_two_processes_train_and_the_first_writes(coco_fixture, tiny_overrides, 
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step_0.pt"]
     # one epoch of 20 images at 5 per process and update: 2 updates (one process alone makes 4)
     assert torch.load(out / "checkpoints" / "step_0.pt", weights_only=False)["extra"]["iteration"] == 2
-    resumed = train.run(load_config("bam-wc", [*overrides, "train.epochs=2"]), progress=False)
+    resumed = training.run(load_config("bam-wc", [*overrides, "train.epochs=2"]), progress=False)
     assert [row["epoch"] for row in resumed["history"]] == [0, 1]

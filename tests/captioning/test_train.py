@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from captioning import evaluate, train, visualize
+from captioning import evaluate, train, training, visualize
 from captioning.config import load_config
 from captioning.fixtures import DEMO_IMAGE_ID, DEMO_IMAGE_SIZE, write_karpathy_fixture
 from common.features.fixtures import write_format_fixtures
@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 def test_tiny_model_overfits_20_fixture_images(coco_fixture, tiny_overrides, tmp_path, normalizer):
     cfg = load_config(normalizer, tiny_overrides(coco_fixture["root"], tmp_path / "run") + [
         "train.epochs=60", "eval.every=0", "eval.split=train", "eval.metrics=[bleu,cider]", "kl.warmup=100"])
-    results = train.run(cfg, progress=False)
+    results = training.run(cfg, progress=False)
     assert results["val"]["CIDEr"] > 2.0
     assert results["best_epoch"] == 59 and (tmp_path / "run" / "best.pt").is_file()
     nll = [row["train/nll"] for row in read_metrics(tmp_path / "run" / "metrics.jsonl", "train/nll")]
@@ -29,18 +29,18 @@ def test_tiny_model_overfits_20_fixture_images(coco_fixture, tiny_overrides, tmp
 def test_resumed_run_equals_uninterrupted(coco_fixture, tiny_overrides, tmp_path):
     common = ["eval.every=0", "eval.split=val", "eval.metrics=[cider]", "scheduled_sampling.start=0",
               "scheduled_sampling.increase_every=1", "scheduled_sampling.increase_prob=0.2"]
-    whole = train.run(load_config("bam-wc", tiny_overrides(coco_fixture["root"], tmp_path / "a")
+    whole = training.run(load_config("bam-wc", tiny_overrides(coco_fixture["root"], tmp_path / "a")
                                   + common + ["train.epochs=3"]), progress=False)
-    train.run(load_config("bam-wc", tiny_overrides(coco_fixture["root"], tmp_path / "b")
+    training.run(load_config("bam-wc", tiny_overrides(coco_fixture["root"], tmp_path / "b")
                           + common + ["train.epochs=2"]), progress=False)
-    resumed = train.run(load_config("bam-wc", tiny_overrides(coco_fixture["root"], tmp_path / "b")
+    resumed = training.run(load_config("bam-wc", tiny_overrides(coco_fixture["root"], tmp_path / "b")
                                     + common + ["train.epochs=3"]), progress=False)
     assert [r["train/loss"] for r in resumed["history"]] == [r["train/loss"] for r in whole["history"]]
     assert [r["ss_prob"] for r in resumed["history"]] == pytest.approx([0, 0.2, 0.25]) and resumed["history"][-1]["train/kl"] > 0
     with pytest.raises(ValueError, match="best.pt that captioning.train writes"):
         evaluate.load_checkpoint(tmp_path / "b" / "checkpoints" / "step_2.pt")
     with pytest.raises(ValueError, match="different config"):
-        train.run(load_config("softmax", tiny_overrides(coco_fixture["root"], tmp_path / "b") + ["train.epochs=4"]),
+        training.run(load_config("softmax", tiny_overrides(coco_fixture["root"], tmp_path / "b") + ["train.epochs=4"]),
                   progress=False)
 
 
@@ -135,7 +135,7 @@ def test_without_data_the_missing_files_are_named_not_the_file_prepare_would_wri
     write_karpathy_fixture(tmp_path)
     from captioning import prepare
     assert prepare.main(["--data-root", str(tmp_path)]) == 0
-    train.check_run_inputs(load_config("softmax", [f"data_root={tmp_path}"]))
+    training.check_run_inputs(load_config("softmax", [f"data_root={tmp_path}"]))
 
 
 def test_plot_without_prior_has_one_panel_per_word(tmp_path):
