@@ -6,5 +6,6 @@
 * ``vqa.evaluation``: the official accuracy and results format;
 * ``vqa.fixtures``: a small dataset in the official formats for tests and demos;
 * ``python -m vqa.train`` / ``python -m vqa.evaluate``: MCAN training, and evaluation on
-  clean and noisy features with Monte Carlo uncertainty (PAvPU, ECE).
+  clean and noisy features with Monte Carlo uncertainty (PAvPU, ECE); ``vqa.config`` holds the
+  config, ``vqa.training`` the training work (imported once the command line is checked).
 """

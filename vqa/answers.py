@@ -26,11 +26,12 @@ import json
 import re
 from collections import Counter
 from pathlib import Path
-from typing import Dict, Iterable, Mapping, Optional, Sequence, Union
-
-import torch
+from typing import TYPE_CHECKING, Dict, Iterable, Mapping, Optional, Sequence, Union
 
 from common.utils import atomic_write_json
+
+if TYPE_CHECKING:  # torch only for the training targets: vqa.score and the CLIs' --help need none
+    import torch
 
 CONTRACTIONS = {
     "aint": "ain't", "arent": "aren't", "cant": "can't", "couldve": "could've", "couldnt": "couldn't",
@@ -188,6 +189,8 @@ class AnswerVocab:
     def soft_target(self, human_answers: Iterable[str]) -> torch.Tensor:
         """MCAN's target ``FloatTensor[len(self)]``: :func:`soft_score` of how many annotators gave
         each in-vocabulary answer, after :func:`prep_answer`."""
+        import torch
+
         target = torch.zeros(len(self))
         for answer, count in Counter(prep_answer(a) for a in human_answers).items():
             index = self._index.get(answer)

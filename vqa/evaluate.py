@@ -25,29 +25,32 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Dict, Optional, Sequence
+from typing import TYPE_CHECKING, Dict, Optional, Sequence
 
-import torch
 from omegaconf import OmegaConf
-from torch.utils.data import DataLoader
 
 from common import attention, metrics
 from common.text import Vocabulary
-from common.utils import Checkpointer, atomic_write_json, console, results_record, seed_everything
+from common.utils import atomic_write_json, console
 from common.utils.cli import add_runtime_options, runtime_from
 from common.utils.paths import check_inputs
-from common.utils.runtime import DeviceError, Runtime
 
-from .answers import AnswerVocab, prep_answer
-from .data import QuestionEncoder, VQADataError, VQADataset
+from .answers import AnswerVocab, answers_of, prep_answer
 from .evaluation import RULES, vqa_accuracy, write_submission
-from .answers import answers_of
-from .data import load_split, split_inputs
-from .train import add_feature_noise, build_model, predict_logits
+
+if TYPE_CHECKING:  # torch, the data and the model are imported once the command line has been checked
+    import torch
+    from torch.utils.data import DataLoader
+
+    from common.utils.runtime import Runtime
 
 
 def load_run(run_dir: Path, data_root: Optional[str] = None):
     """The config, question vocabulary, answers and latest weights of a ``vqa.train`` run."""
+    from common.utils import Checkpointer
+
+    from .training import build_model
+
     config_path = run_dir / "config.json"
     if not config_path.is_file():
         raise FileNotFoundError(f"{config_path} does not exist; pass the output directory of python -m vqa.train")
@@ -62,18 +65,21 @@ def load_run(run_dir: Path, data_root: Optional[str] = None):
     return cfg, vocab, answers, model, state["step"]
 
 
-@torch.no_grad()
 def mc_uncertainty(model, loader: DataLoader, answers: AnswerVocab, annotations: Dict[int, dict], samples: int,
                    dropout: bool, noise_std: float, seed: int, p_threshold: float, runtime: Runtime,
                    progress: bool = True) -> Dict:
     """Monte Carlo predictions, accuracy, PAvPU and the confidences for calibration (module doc)."""
+    import torch
+
+    from .training import add_feature_noise
+
     if samples < 2:
         raise ValueError("--mc-samples needs at least 2 samples for the t-test")
     model.eval()
     generator = torch.Generator().manual_seed(seed)
     predictions: Dict[int, str] = {}
     confidence, correct, uncertain = [], [], []
-    with attention.mc_sampling(model, dropout=dropout):
+    with attention.mc_sampling(model, dropout=dropout), torch.no_grad():
         for batch in console.progress(loader, desc=f"MC x{samples} batch", enabled=progress):
             batch = runtime.to_device(batch)
             features = add_feature_noise(batch["features"], batch["region_mask"], noise_std, generator)
@@ -98,6 +104,8 @@ def mc_uncertainty(model, loader: DataLoader, answers: AnswerVocab, annotations:
 def confidence_view(confidence: torch.Tensor, correct: torch.Tensor):
     """``(probs [N, 2], targets [N])`` whose top class has probability ``confidence`` and is right
     exactly when ``correct``: the form ``common.metrics`` reliability functions take."""
+    import torch
+
     probs = torch.stack([confidence, torch.zeros_like(confidence)], dim=1)
     return probs, (~correct).long()
 
@@ -110,6 +118,15 @@ def evaluate_run(run_dir: Path, split: Optional[str] = None, data_root: Optional
     """Evaluate the latest checkpoint of ``run_dir`` (see the module docstring) on ``runtime``'s
     device (default: the CPU), scoring with the official evaluator's ``rules``
     (:mod:`vqa.evaluation`); returns the report (and ``report_file``, where it went)."""
+    import torch
+    from torch.utils.data import DataLoader
+
+    from common.utils import results_record, seed_everything
+    from common.utils.runtime import Runtime
+
+    from .data import QuestionEncoder, VQADataset, load_split, split_inputs
+    from .training import predict_logits
+
     runtime = runtime or Runtime(torch.device("cpu"))
     cfg, vocab, answers, model, epoch = load_run(run_dir, data_root)
     split = split or cfg.data.eval_split
@@ -171,11 +188,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--batch-size", type=int, help="default: the run's train.eval_batch_size")
     parser.add_argument("--rules", choices=RULES, default="official",
                         help="VQA evaluator: official (current GT-Vision-Lab/VQA master, default) or legacy-2016 "
-                             "(the pre-2021 code that scored MCAN and BAM); python -m vqa.score rescores a results file")
+                             "(the pre-2021 code that scored MCAN and BAM); python -m vqa.score rescores a results "
+                             "file")
     add_runtime_options(parser)
     parser.add_argument("--out", type=Path, help="report JSON (default <run>/eval_<split>.json)")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
+    from common.utils.runtime import DeviceError
+
+    from .data import VQADataError
+
     try:
         report = evaluate_run(args.run, args.split, args.data_root, args.noise_std, args.mc_samples,
                               not args.no_mc_dropout, args.p_threshold, args.seed, args.batch_size, args.out,
@@ -188,7 +210,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         line = f"{report['split']} {name}:"
         if "accuracy" in condition:
             acc = condition["accuracy"]
-            line += f" accuracy {acc['overall']:.2f} " + " ".join(f"{k} {v:.2f}" for k, v in acc["per_answer_type"].items())
+            line += f" accuracy {acc['overall']:.2f} " + " ".join(f"{k} {v:.2f}"
+                                                                  for k, v in acc["per_answer_type"].items())
         if "mc" in condition:
             mc = condition["mc"]
             line += f" | MC accuracy {mc['accuracy']['overall']:.2f} PAvPU {mc['pavpu']:.2f} ECE {mc['ece']:.2f}"

@@ -18,12 +18,13 @@ from typing import Optional, Sequence
 
 from common.utils import atomic_write_json
 
-from .data import VQADataError, load_annotations
 from .evaluation import RULES, VQAAccuracy, load_submission, vqa_accuracy
 
 
 def score_files(results: Path, annotations: Path, rules: str = "official") -> VQAAccuracy:
     """The official accuracy of the results file ``results`` on the annotations file ``annotations``."""
+    from .data import load_annotations  # vqa.data imports torch: only once the command line has been parsed
+
     predictions = load_submission(results)
     entries = load_annotations(annotations)
     try:
@@ -41,6 +42,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                              "evaluator that scored MCAN and BAM")
     parser.add_argument("--out", type=Path, help="also write the accuracies to this JSON file")
     args = parser.parse_args(argv)
+    from .data import VQADataError
+
     try:
         accuracy = score_files(args.results, args.annotations, args.rules)
     except (FileNotFoundError, VQADataError, ValueError) as err:

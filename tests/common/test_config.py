@@ -99,8 +99,8 @@ def test_config_file_errors_are_one_line(tmp_path):
     ("lstm-cpu", lambda: __import__("mt.config").config.load_config("lstm-cpu")),
     ("transformer-base", lambda: __import__("mt.config").config.load_config("transformer-base")),
     ("att2in", lambda: __import__("captioning.config").config.load_config()),
-    ("mcan", lambda: __import__("vqa.train").train.load_config()),
-    ("lxmert", lambda: __import__("vqa.lxmert.train").lxmert.train.load_config("bam")),
+    ("mcan", lambda: __import__("vqa.config").config.load_config()),
+    ("lxmert", lambda: __import__("vqa.lxmert.config").lxmert.config.load_config("bam")),
 ])
 def test_packaged_configs_pass_their_own_checks(name, loader):
     assert loader() is not None
@@ -128,11 +128,11 @@ def _att2in(overrides):
 
 
 def _mcan(overrides):
-    return __import__("vqa.train").train.load_config(overrides)
+    return __import__("vqa.config").config.load_config(overrides)
 
 
 def _lxmert(overrides):
-    return __import__("vqa.lxmert.train").lxmert.train.load_config("span", overrides)
+    return __import__("vqa.lxmert.config").lxmert.config.load_config("span", overrides)
 
 
 @pytest.mark.parametrize("load, override, message", [

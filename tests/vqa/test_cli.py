@@ -10,6 +10,7 @@ from common.text import Vocabulary
 from common.utils.distributed import DistEnv
 from vqa import evaluate as vqa_evaluate
 from vqa import train as vqa_train
+from vqa import training as vqa_training
 from vqa.evaluation import load_submission
 from vqa.fixtures import write_vqa_fixture
 
@@ -20,7 +21,7 @@ SMALL = [f"model.{k}={v}" for k, v in TINY.items()] + ["train.batch_size=10", "t
 
 
 def test_mcan_learning_rate_schedule():
-    factors = [vqa_train.lr_factor(u, 10, 3, [10, 12], 0.2) for u in range(1, 131)]
+    factors = [vqa_training.lr_factor(u, 10, 3, [10, 12], 0.2) for u in range(1, 131)]
     assert factors[0] == factors[9] == 0.25           # epoch 1: 1/4
     assert factors[10] == factors[19] == 0.5          # epoch 2: 2/4
     assert factors[20] == factors[29] == 0.75         # epoch 3: 3/4
@@ -33,11 +34,11 @@ def test_feature_noise_leaves_padding_zero():
     features = torch.ones(2, 5, 3)
     mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], dtype=torch.bool)
     features[~mask] = 0
-    noisy = vqa_train.add_feature_noise(features, mask, 2.0, torch.Generator().manual_seed(0))
+    noisy = vqa_training.add_feature_noise(features, mask, 2.0, torch.Generator().manual_seed(0))
     assert (noisy[~mask] == 0).all() and not torch.equal(noisy[mask], features[mask])
-    big = vqa_train.add_feature_noise(torch.zeros(1, 20000, 1), torch.ones(1, 20000, dtype=torch.bool), 2.0)
+    big = vqa_training.add_feature_noise(torch.zeros(1, 20000, 1), torch.ones(1, 20000, dtype=torch.bool), 2.0)
     assert big.std().item() == pytest.approx(2.0, rel=0.05)
-    assert vqa_train.add_feature_noise(features, mask, 0.0) is features
+    assert vqa_training.add_feature_noise(features, mask, 0.0) is features
 
 
 def test_confidence_view_gives_the_calibration_of_confidences():
@@ -150,11 +151,11 @@ def test_glove_vectors_reach_the_run(vqa_fixture, tmp_path, capsys):
     glove.write_text("is " + " ".join(["0.5"] * 16) + "\nthe " + " ".join(["-1"] * 16) + "\n")
     cfg = vqa_train.load_config([*SMALL, f"data.glove={glove}", f"data_root={vqa_fixture.root}"])
     vocab = Vocabulary(["is", "the", "zebra"], specials=("<pad>", "<unk>"))
-    vectors = vqa_train.word_vectors(cfg, vocab, DistEnv())
+    vectors = vqa_training.word_vectors(cfg, vocab, DistEnv())
     assert torch.equal(vectors[vocab.index("is")], torch.full((16,), 0.5)) and not vectors[vocab.index("zebra")].any()
     assert "GloVe: vectors for 66.7% of 5 question words" in capsys.readouterr().err
     with pytest.raises(ValueError, match="model.word_dim=300; set model.word_dim=16"):
-        vqa_train.word_vectors(vqa_train.load_config([f"data.glove={glove}"]), vocab, DistEnv())
+        vqa_training.word_vectors(vqa_train.load_config([f"data.glove={glove}"]), vocab, DistEnv())
 
 
 def test_demo_writes_its_data_trains_and_evaluates_without_downloads(tmp_path, capsys):

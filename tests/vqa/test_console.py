@@ -2,6 +2,7 @@
 import json
 
 from vqa import train as vqa_train
+from vqa import training as vqa_training
 
 from .test_cli import SMALL
 
@@ -30,7 +31,7 @@ def test_ctrl_c_exits_130_with_a_resume_hint_and_the_rerun_resumes(vqa_fixture, 
     argv = ["--data-root", str(vqa_fixture.root), "--out", str(out), "--attention", "softmax", "--epochs", "2", *SMALL]
     monkeypatch.setenv(console.PROGRESS_SECONDS_ENV, "3600")
     # 50 questions / batches of 10: 5 training batches an epoch (evaluation calls the model directly)
-    restore = ctrl_c_on_call(vqa_train, "model_inputs", 7)
+    restore = ctrl_c_on_call(vqa_training, "model_inputs", 7)
     assert vqa_train.main(argv) == 130
     err = capsys.readouterr().err
     assert err.rstrip().endswith("interrupted at epoch 2/2 batch 1/5; re-run the same command to resume")

@@ -14,34 +14,32 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Dict, Optional, Sequence
+from typing import TYPE_CHECKING, Dict, Optional, Sequence
 
-import torch
 from omegaconf import OmegaConf
-from torch.utils.data import DataLoader
 
-from common.utils import Checkpointer, atomic_write_json, console, results_record
+from common.utils import atomic_write_json, console
 from common.utils.cli import add_runtime_options, runtime_from
-from common.utils.runtime import DeviceError, Runtime
 from vqa.answers import AnswerVocab, answers_of
-from vqa.data import VQADataError, VQADataset, data_path, load_split
 from vqa.evaluation import vqa_accuracy, write_submission
 
-from .data import bert_encoder
-from .plots import plot_head_values
-from .train import adaptation_of, measure_flops, predict
+if TYPE_CHECKING:  # torch, transformers and the model are imported once the command line has been checked
+    from common.utils.runtime import Runtime
 
 
 def load_run(run_dir: Path, data_root: Optional[str] = None):
     """The run's config (``data_root`` replaced when given), answers and model with its newest weights."""
     from transformers import LxmertConfig
 
+    from common.utils import Checkpointer
+
     from .model import build_vqa_model
+    from .training import adaptation_of
 
     for name in ("config.json", "lxmert_config.json", "answers.json"):
         if not (run_dir / name).is_file():
-            raise FileNotFoundError(f"{run_dir / name} does not exist; the run directory must be an output directory of "
-                                    f"python -m vqa.lxmert.train")
+            raise FileNotFoundError(f"{run_dir / name} does not exist; the run directory must be an output directory "
+                                    f"of python -m vqa.lxmert.train")
     cfg = OmegaConf.create(json.loads((run_dir / "config.json").read_text()))
     if data_root is not None:
         cfg.data_root = data_root
@@ -58,6 +56,17 @@ def load_run(run_dir: Path, data_root: Optional[str] = None):
 def evaluate_run(run_dir: Path, split: Optional[str] = None, data_root: Optional[str] = None, prune: bool = True,
                  batch_size: Optional[int] = None, progress: bool = True, runtime: Optional[Runtime] = None) -> Dict:
     """Predict and score ``split`` with the run's newest weights on ``runtime``'s device (default: the CPU)."""
+    import torch
+    from torch.utils.data import DataLoader
+
+    from common.utils import results_record
+    from common.utils.runtime import Runtime
+    from vqa.data import VQADataset, data_path, load_split
+
+    from .data import bert_encoder
+    from .plots import plot_head_values
+    from .training import adaptation_of, measure_flops, predict
+
     runtime = runtime or Runtime(torch.device("cpu"))
     run_dir = Path(run_dir)
     cfg, answers, model, checkpoint = load_run(run_dir, data_root)
@@ -111,6 +120,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         args.run = args.run_option
     if args.run is None:
         parser.error("the run directory (an output directory of python -m vqa.lxmert.train) is required")
+    from common.utils.runtime import DeviceError
+    from vqa.data import VQADataError
+
     try:
         record = evaluate_run(args.run, args.split, args.data_root, not args.no_prune, args.batch_size,
                               not args.no_progress, runtime_from(args))

@@ -18,13 +18,10 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Dict, Optional, Sequence
 
-import torch
-from torch.nn.attention import SDPBackend, sdpa_kernel
-from torch.utils.flop_counter import FlopCounterMode
+from common.utils import atomic_write_json, console
 
-from common.utils import atomic_write_json, console, results_record
-
-if TYPE_CHECKING:  # transformers and the model are imported once the command line has been parsed
+if TYPE_CHECKING:  # torch, transformers and the model are imported once the command line has been parsed
+    import torch
     from transformers import LxmertConfig
 
     from .adapt import LayerDropOptions
@@ -34,6 +31,8 @@ NUM_ANSWERS = 3129
 
 def dummy_inputs(config: LxmertConfig, batch: int = 1, words: int = 20, regions: int = 36) -> Dict[str, torch.Tensor]:
     """Full-length inputs (no padding) of the given sizes."""
+    import torch
+
     corners = torch.rand(batch, regions, 2) * 0.5
     return {"input_ids": torch.randint(1, config.vocab_size, (batch, words)),
             "attention_mask": torch.ones(batch, words, dtype=torch.long),
@@ -42,14 +41,17 @@ def dummy_inputs(config: LxmertConfig, batch: int = 1, words: int = 20, regions:
             "visual_attention_mask": torch.ones(batch, regions, dtype=torch.long)}
 
 
-@torch.no_grad()
 def count_flops(model: torch.nn.Module, inputs: Dict[str, torch.Tensor],
                 prune: Optional[LayerDropOptions] = None) -> int:
     """FLOPs of one forward pass in eval mode, optionally with ``prune`` layers removed."""
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.utils.flop_counter import FlopCounterMode
+
     from .adapt import pruned_layers
 
     model.eval()
-    with (pruned_layers(model, prune) if prune is not None else nullcontext()):
+    with (pruned_layers(model, prune) if prune is not None else nullcontext()), torch.no_grad():
         with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
             model(**inputs)
     return int(counter.get_total_flops())
@@ -57,6 +59,8 @@ def count_flops(model: torch.nn.Module, inputs: Dict[str, torch.Tensor],
 
 def flops_report(config: LxmertConfig, drop: LayerDropOptions, words: int = 20, regions: int = 36) -> Dict:
     """Full and pruned FLOPs of ``config``; the pruned model drops ``drop`` layers per stack."""
+    import torch
+
     from .adapt import Adaptation
     from .model import build_vqa_model
 
@@ -84,6 +88,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--out", help="also write the report (config, versions) to this JSON file")
     parser.add_argument("--drop", type=int, default=1, help="layers pruned per stack (the paper's p)")
     args = parser.parse_args(argv)
+    from common.utils import results_record
+
     from .adapt import LayerDropOptions
 
     config = pretrained_shape()

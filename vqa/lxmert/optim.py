@@ -19,8 +19,9 @@ import torch_optimizer
 from omegaconf import DictConfig
 from torch import nn
 
+from .config import OPTIMIZERS  # optim.name: checked with the config, before torch is imported
+
 ADAPTIVE = ("attend.span.z", "attend.normalizer.alpha_logit")
-OPTIMIZERS = ("lamb_lookahead", "adamw")  # optim.name
 
 
 class Lookahead(torch_optimizer.Lookahead):

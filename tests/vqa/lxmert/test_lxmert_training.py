@@ -15,6 +15,7 @@ from vqa.lxmert import Adaptation, build_vqa_model, vqa_loss
 from vqa.lxmert import evaluate as lxmert_evaluate
 from vqa.lxmert import model as lxmert_model
 from vqa.lxmert import train as lxmert_train
+from vqa.lxmert import training as lxmert_training
 from vqa.lxmert.data import bert_encoder, model_inputs
 
 from .helpers import tiny_config
@@ -188,9 +189,9 @@ def test_unknown_variant_lists_the_known_ones():
 
 
 def test_packaged_variants_build_their_adaptations():
-    span = lxmert_train.adaptation_of(lxmert_train.load_config("span"))
+    span = lxmert_training.adaptation_of(lxmert_train.load_config("span"))
     assert (span.span.language.max_span, span.span.vision.max_span, span.span.init) == (20, 36, 1.0)
-    layerdrop = lxmert_train.adaptation_of(lxmert_train.load_config("layerdrop"))
+    layerdrop = lxmert_training.adaptation_of(lxmert_train.load_config("layerdrop"))
     assert (layerdrop.layerdrop.language, layerdrop.layerdrop.vision, layerdrop.layerdrop.cross) == (1, 1, 1)
-    entmax = lxmert_train.adaptation_of(lxmert_train.load_config("entmax", ["optim.name=adamw"]))
+    entmax = lxmert_training.adaptation_of(lxmert_train.load_config("entmax", ["optim.name=adamw"]))
     assert entmax.normalizer == "entmax" and entmax.normalizer_options == {"alpha": 1.5}
