@@ -35,17 +35,16 @@ import argparse
 import math
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
 
-import torch
 from omegaconf import OmegaConf
 
 from common import attention, metrics
-from common.utils import atomic_write_json, console, results_record, seed_everything
+from common.utils import atomic_write_json, console
 from common.utils.cli import add_runtime_options, runtime_from
-from common.utils.runtime import DeviceError, Runtime
 
-from .training import build_model, evaluate_split, prepare_features, summarize
+if TYPE_CHECKING:  # torch, PyG and the model are imported once the command line has been checked
+    from common.utils.runtime import Runtime
 
 
 def evaluate_checkpoint(
@@ -68,6 +67,13 @@ def evaluate_checkpoint(
     ``predictions`` (a list), if given, receives ``(probabilities [N, C], targets [N])`` of the
     test nodes: the MC mean with ``mc_samples``, else the eval-mode softmax.
     """
+    import torch
+
+    from common.utils import seed_everything
+    from common.utils.runtime import Runtime
+
+    from .training import build_model, evaluate_split, prepare_features
+
     runtime = runtime or Runtime(torch.device("cpu"))
     checkpoint = load_checkpoint(path)
     cfg = OmegaConf.create(checkpoint["config"])
@@ -122,6 +128,8 @@ def load_checkpoint(path: Path) -> Dict:
     hint = f"pass a seed<k>.pt checkpoint or the python -m graphattn.train output directory ({path.parent})"
     if path.suffix != ".pt":
         raise ValueError(f"{path} is not a checkpoint: {hint}")
+    import torch
+
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as err:  # unpickling errors of a truncated or foreign file
@@ -192,6 +200,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                                  "the run directory; the reliability PNG goes next to it)")
     add_runtime_options(parser)
     args = parser.parse_args(argv)
+    # the command line is valid: now torch, PyG and the model
+    import torch
+
+    from common.utils import results_record
+    from common.utils.runtime import DeviceError
+
+    from .training import summarize
+
     try:
         if args.mc_samples < 0:
             raise ValueError(f"--mc-samples {args.mc_samples}: expected 0 (none) or at least 2")

@@ -32,12 +32,10 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common.utils import atomic_write_json, atomic_write_text, console, default_data_root, environment  # noqa: E402
-from graphattn import training  # noqa: E402
+# torch, PyG and the models only once the command line is parsed (graphattn.training, in the functions)
+from common.utils import atomic_write_json, atomic_write_text, console, default_data_root  # noqa: E402
 from graphattn.config import load_config  # noqa: E402
 
 DATASETS = ("Cora", "CiteSeer", "PubMed")
@@ -105,6 +103,8 @@ def markdown(results: Dict[str, Dict[str, Dict]], datasets, rows) -> str:
 
 def seed_accuracies(run_dir: Path) -> Dict[int, float]:
     """Test accuracy (%) of every finished seed in ``run_dir`` (its ``seed<k>.pt`` files)."""
+    import torch
+
     found = {}
     for path in run_dir.glob("seed*.pt"):
         match = re.fullmatch(r"seed(\d+)\.pt", path.name)
@@ -117,9 +117,10 @@ def seed_accuracies(run_dir: Path) -> Dict[int, float]:
 def summarize_cell(per_seed: Dict[int, float], softmax: Optional[Dict[int, float]]) -> Dict:
     """Mean, sample std and n of ``per_seed``, and its paired difference to ``softmax`` (if given)."""
     from common.metrics import paired_t  # scipy
+    from graphattn.training import summarize
 
     values = list(per_seed.values())
-    out = {**training.summarize([v / 100 for v in values]), "n": len(values), "per_seed": per_seed}
+    out = {**summarize([v / 100 for v in values]), "n": len(values), "per_seed": per_seed}
     common = sorted(set(per_seed) & set(softmax or {}))
     if len(common) >= 2:
         diff = paired_t([softmax[s] for s in common], [per_seed[s] for s in common])
@@ -177,7 +178,9 @@ def main(argv=None) -> int:
                         help="columns of the table (default: --datasets)")
     parser.add_argument("overrides", nargs="*", metavar="key=value")
     args = parser.parse_args(argv)
-    # PyG (the data checks) and matplotlib only once the command line is parsed
+    # torch, PyG (the data checks) and matplotlib only once the command line is parsed
+    from common.utils import environment
+    from graphattn import training
     from graphattn.data import PlanetoidDataError, check_raw_files
     from graphattn.plots import plot_variant_accuracy
 

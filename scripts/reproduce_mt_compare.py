@@ -22,7 +22,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from common.utils import atomic_write_json, default_data_root, read_metrics
+from common.utils import atomic_write_json, default_data_root
 
 GROUPS = {
     "lstm": ("lstm-cpu", {
@@ -88,6 +88,8 @@ def main(argv=None) -> int:
     parser.add_argument("--summary-only", action="store_true", help="train nothing; summarise the existing runs")
     parser.add_argument("overrides", nargs="*", help="key=value overrides for every run")
     args = parser.parse_intermixed_args(argv)
+    from common.utils import read_metrics  # common.utils.logger imports torch: only once the line is parsed
+
     preset, variants = GROUPS[args.group]
     common = list(args.overrides) + ["train.progress=false"]
     if args.steps:
