@@ -106,6 +106,20 @@ def _blocks(path: Path) -> Iterator[Tuple[int, List[str]]]:
         yield start, block
 
 
+def _failing_line(lines: List[str], start: int) -> int:
+    """The number of the first token line of a block that ``conllu`` cannot parse (else the block's first)."""
+    from conllu.exceptions import ParseException
+    from conllu.parser import DEFAULT_FIELDS, parse_line
+
+    for offset, line in enumerate(lines):
+        if not line.startswith("#"):
+            try:
+                parse_line(line, DEFAULT_FIELDS)
+            except ParseException:
+                return start + offset
+    return start
+
+
 def read_conllu(path: Path) -> List[Sentence]:
     """The sentences of a CoNLL-U file: syntactic words and their UPOS tags."""
     try:
@@ -123,8 +137,8 @@ def read_conllu(path: Path) -> List[Sentence]:
         try:
             tokens = conllu.parse_token_and_metadata("\n".join(lines))
         except conllu.exceptions.ParseException as err:
-            raise TreebankError(f"{path}:{start}: the sentence starting here is not valid CoNLL-U ({err}); "
-                                f"fix it or remove the sentence") from None
+            raise TreebankError(f"{path}:{_failing_line(lines, start)}: not valid CoNLL-U ({err}); fix the line or "
+                                f"remove its sentence") from None
         words, tags = [], []
         token_lines = [start + i for i, line in enumerate(lines) if not line.startswith("#")]
         for line_number, token in zip(token_lines, tokens):

@@ -86,13 +86,12 @@ def test_an_invalid_upos_tag_names_the_file_line_tag_and_word(tmp_path):
     assert "PROPN" in message
 
 
-def test_a_bad_head_names_the_file_the_sentence_start_and_the_field(tmp_path):
+def test_a_bad_head_names_the_file_the_token_line_and_the_field(tmp_path):
     path = _write(tmp_path, GOOD + ["# sent_id = 2", token(1, "c", "NOUN"), token(2, "d", "VERB", "one")])
     with pytest.raises(TreebankError) as err:
         read_conllu(path)
     message = str(err.value)
-    # the reader reports the line where the sentence starts (its first comment), not the token's line 7
-    assert message.startswith(f"{path}:5: the sentence starting here is not valid CoNLL-U")
+    assert message.startswith(f"{path}:7: not valid CoNLL-U")
     assert "'head'" in message and "'one'" in message
 
 
