@@ -204,14 +204,17 @@ def figures(rows: dict, found: Dict[str, Dict[str, dict]], out: Path) -> List[Pa
     first_epoch = min(run["updates_per_epoch"] for res in found[order[0]].values() for run in res["per_seed"])
     paths = [plot_variant_curves(curves, out / "curves.png", max_updates=3 * first_epoch,
                                  title="UD dev accuracy, first updates (mean over treebanks x seeds)")]
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = plt.subplots(figsize=(7.5, 0.5 * len(order) + 1.5))
     for i, r in enumerate(order):
         d = rows[r].get("vs_pe_add")
         if d:
             ax.errorbar(d["mean"], i, xerr=[[d["mean"] - d["low"]], [d["high"] - d["mean"]]], fmt="o", capsize=3)
+        elif r == "pe-add":
+            ax.plot(0, i, "D", color="grey")
     ax.axvline(0, color="grey", linewidth=0.8)
-    ax.set_yticks(range(len(order)), [rows[r]["label"] for r in order])
-    ax.set_xlabel("test accuracy minus SAN+PE[add] (points), paired over treebanks x seeds, 95% CI")
+    ax.set_yticks(range(len(order)), [f"{rows[r]['label']} (n={rows[r]['runs']})" for r in order])
+    ax.set_xlabel("Δ test accuracy vs SAN+PE[add] (points): paired mean, 95% CI")
+    ax.set_title("UD v2.2, paired over treebanks x seeds")
     fig.tight_layout()
     paths.append(atomic_save_figure(fig, out / "table.png"))
     return paths
