@@ -156,7 +156,7 @@ def markdown(rows: dict, treebanks: List[str]) -> str:
     order = [r for r in list(VARIANT_NAMES) + sorted(rows) if r in rows]
     order = list(dict.fromkeys(order))
     short = [tb.replace("UD_", "") for tb in treebanks]
-    lines = ["Test accuracy over all words (%), mean ± std over seeds (n seeds); last column: UDPipe 1.2, gold "
+    lines = ["Test accuracy over all words (%), mean ± std over seeds (n seeds; one seed: no std); last column: UDPipe 1.2, gold "
              "tokenisation, UD 2.3 models (a published reference of the same kind, see UDPIPE_UD23_GOLD_TOK_UPOS).", "",
              "| treebank | " + " | ".join(rows[r]["label"] for r in order) + " | UDPipe 1.2 (UD 2.3) |",
              "|---|" + "---:|" * (len(order) + 1)]
@@ -164,7 +164,8 @@ def markdown(rows: dict, treebanks: List[str]) -> str:
         cells_ = []
         for r in order:
             cell = rows[r]["per_treebank"].get(tb)
-            cells_.append(f"{cell['mean']:.2f} ± {cell['std']:.2f} ({cell['n']})" if cell else "not run")
+            spread = f" ± {cell['std']:.2f}" if cell and cell["n"] > 1 else ""  # no spread from one seed
+            cells_.append(f"{cell['mean']:.2f}{spread} ({cell['n']})" if cell else "not run")
         udpipe = UDPIPE_UD23_GOLD_TOK_UPOS.get(tb)
         lines.append(f"| {name} | " + " | ".join(cells_) + f" | {udpipe if udpipe else '—'} |")
     lines += ["", "Per variant: macro mean over treebanks (± std over treebanks); paired difference to SAN+PE[add] "
