@@ -157,7 +157,8 @@ def markdown(rows: dict, treebanks: List[str]) -> str:
     order = list(dict.fromkeys(order))
     short = [tb.replace("UD_", "") for tb in treebanks]
     lines = ["Test accuracy over all words (%), mean ± std over seeds (n seeds; one seed: no std); last column: "
-             "UDPipe 1.2, gold tokenisation, UD 2.3 models (a published reference of the same kind, see UDPIPE_UD23_GOLD_TOK_UPOS).", "",
+             "UDPipe 1.2, gold tokenisation, UD 2.3 models (a published reference of the same kind, see "
+             "UDPIPE_UD23_GOLD_TOK_UPOS).", "",
              "| treebank | " + " | ".join(rows[r]["label"] for r in order) + " | UDPipe 1.2 (UD 2.3) |",
              "|---|" + "---:|" * (len(order) + 1)]
     for tb, name in zip(treebanks, short):
