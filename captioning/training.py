@@ -75,11 +75,6 @@ def ss_probability(cfg: DictConfig, epoch: int) -> float:
     return min(s.increase_prob * ((epoch - s.start) // s.increase_every), s.max_prob)
 
 
-def kl_schedule(cfg: DictConfig) -> attention.KLSchedule:
-    return attention.KLSchedule(weight=cfg.kl.weight, kind=cfg.kl.schedule, warmup=cfg.kl.warmup,
-                                rate=cfg.kl.rate, offset=cfg.kl.offset)
-
-
 def validate(cfg: DictConfig, model, dataset: CaptionDataset, corpus: CaptionCorpus, progress: bool,
              runtime: Optional[Runtime] = None) -> dict:
     captions = caption_images(model, dataset, corpus.vocab, cfg.eval.beam_size, cfg.eval.max_length,
@@ -147,7 +142,7 @@ def _train(cfg: DictConfig, progress: bool, runtime: Runtime) -> dict:
     state = checkpointer.load_latest(model, optimizer, map_location=runtime.device, scaler=runtime.scaler)
     extra = state["extra"] if state is not None else {"config": config, "best": None, "history": [], "iteration": 0}
     start_epoch = 0 if state is None else state["step"] + 1
-    schedule = kl_schedule(cfg)
+    schedule = attention.KLSchedule.from_config(cfg.kl)
     generator = torch.Generator().manual_seed(cfg.seed)
     sampler = shard_sampler(train_set, env, shuffle=True, seed=cfg.seed)
     loader = DataLoader(train_set, batch_size=cfg.train.batch_size, shuffle=sampler is None, sampler=sampler,

@@ -81,11 +81,6 @@ def prepare_features(data: Data, cfg: DictConfig) -> torch.Tensor:
         return data.x.to_sparse_csr()
 
 
-def kl_schedule(cfg: DictConfig) -> attention.KLSchedule:
-    return attention.KLSchedule(weight=cfg.kl.weight, kind=cfg.kl.schedule, warmup=cfg.kl.warmup,
-                                rate=cfg.kl.rate, offset=cfg.kl.offset)
-
-
 def runtime_of(cfg: DictConfig) -> Runtime:
     """Device, precision and compilation of a run (``--device``, ``train.precision``, ``train.compile``)."""
     return Runtime.create(cfg.device, cfg.train.precision, cfg.train.compile, threads=cfg.train.num_threads,
@@ -194,7 +189,7 @@ def train_seed(cfg: DictConfig, data: Data, seed: int, progress: bool = True,
     steps = NeighborBatches(cfg, data, forward, runtime, seed) if cfg.loader.kind == "neighbor" \
         else FullBatch(cfg, data, forward, runtime)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay)
-    schedule = kl_schedule(cfg)
+    schedule = attention.KLSchedule.from_config(cfg.kl)
 
     best_acc, best_loss = -math.inf, math.inf
     best_state, best_epoch, waited, history = None, 0, 0, []

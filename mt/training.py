@@ -174,8 +174,7 @@ class Trainer:
                                           weight_decay=o.weight_decay)
         s = cfg.schedule
         self.schedule = LRSchedule(self.optimizer, s.kind, o.lr, s.warmup, s.plateau_factor, s.plateau_start)
-        self.kl = attention.KLSchedule(weight=cfg.kl.weight, kind=cfg.kl.schedule, warmup=cfg.kl.warmup,
-                                       rate=cfg.kl.rate, offset=cfg.kl.offset)
+        self.kl = attention.KLSchedule.from_config(cfg.kl)
         self.checkpointer = Checkpointer(out_dir, keep=cfg.train.keep_checkpoints)
         state = self.checkpointer.load_latest(self.model, self.optimizer, self.schedule,
                                               map_location=runtime.device, scaler=runtime.scaler)

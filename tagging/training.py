@@ -61,11 +61,6 @@ def build_model(cfg: DictConfig, vocab: Vocabulary) -> Tagger:
                   attention=options, **cfg.model)
 
 
-def kl_schedule(cfg: DictConfig) -> attention.KLSchedule:
-    return attention.KLSchedule(weight=cfg.kl.weight, kind=cfg.kl.schedule, warmup=cfg.kl.warmup,
-                                rate=cfg.kl.rate, offset=cfg.kl.offset)
-
-
 @torch.no_grad()
 def predict(model: Tagger, chunks: List[Chunk], runtime: Runtime, mc_samples: int = 0, batch_size: int = 256
             ) -> List[Batch]:
@@ -111,7 +106,7 @@ class SeedRun:
         self.model = build_model(cfg, treebank.vocab).to(runtime.device)
         # Keras 2's RMSprop: rho 0.9, epsilon 1e-7 (torch's defaults are 0.99 and 1e-8)
         self.optimizer = torch.optim.RMSprop(self.model.parameters(), lr=cfg.optim.lr, alpha=0.9, eps=1e-7)
-        self.schedule = kl_schedule(cfg)
+        self.schedule = attention.KLSchedule.from_config(cfg.kl)
         check_updates(len(treebank.chunks["train"]), f"{treebank.name} has no training sentence",
                       "train on a treebank with some")
         self.per_epoch = len(self.order(0))

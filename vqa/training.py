@@ -78,11 +78,6 @@ def lr_factor(update: int, steps_per_epoch: int, warmup_epochs: int, decay_epoch
     return warm * decay_rate ** sum(1 for e in decay_epochs if e <= epoch)
 
 
-def kl_schedule(cfg: DictConfig) -> attention.KLSchedule:
-    return attention.KLSchedule(weight=cfg.kl.weight, kind=cfg.kl.schedule, warmup=cfg.kl.warmup,
-                                rate=cfg.kl.rate, offset=cfg.kl.offset)
-
-
 def model_inputs(batch: Dict) -> tuple:
     return batch["question_tokens"], batch["question_mask"], batch["features"], batch["region_mask"]
 
@@ -259,7 +254,7 @@ def run(cfg: DictConfig, progress: bool = True) -> Dict:
     start_epoch = 0 if state is None else state["step"] + 1
     history: List[Dict] = [] if state is None else state["extra"]["history"]
     ddp_model = runtime.compile(wrap_model(model, env))
-    schedule = kl_schedule(cfg)
+    schedule = attention.KLSchedule.from_config(cfg.kl)
     # One process reads the same permutation as the shards of N processes put together, so a
     # run on N processes with batch B sees the global batches of one process with batch N * B.
     sampler = shard_sampler(train_set, env, shuffle=True, seed=cfg.seed) or DistributedSampler(

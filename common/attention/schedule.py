@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any, Mapping
 
 KINDS = ("constant", "linear", "sigmoid")
 
@@ -30,6 +31,13 @@ class KLSchedule:
             raise ValueError(f"KL schedule kind must be one of {KINDS}, got {self.kind!r}")
         if self.kind == "linear" and self.warmup <= 0:
             raise ValueError("a linear KL schedule needs warmup > 0 steps")
+
+    @classmethod
+    def from_config(cls, kl: Mapping[str, Any]) -> "KLSchedule":
+        """The schedule of a domain config's ``kl:`` block (keys ``weight``, ``schedule``, ``warmup``, ``rate``,
+        ``offset``)."""
+        return cls(weight=kl["weight"], kind=kl["schedule"], warmup=kl["warmup"], rate=kl["rate"],
+                   offset=kl["offset"])
 
     def __call__(self, step: float) -> float:
         if self.kind == "constant":

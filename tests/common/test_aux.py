@@ -67,6 +67,16 @@ def test_mc_sampling_keeps_dropout_on_request_and_restores():
     assert not model[0].training and not model[1].mc_sampling and not model[1].sampling
 
 
+def test_kl_schedule_from_a_config_kl_block():
+    from omegaconf import OmegaConf
+
+    kl = OmegaConf.create({"weight": 0.1, "schedule": "sigmoid", "warmup": 0, "rate": 2.0, "offset": 3.0})
+    assert attention.KLSchedule.from_config(kl) == attention.KLSchedule(weight=0.1, kind="sigmoid", rate=2.0,
+                                                                        offset=3.0)
+    with pytest.raises(ValueError, match="warmup"):
+        attention.KLSchedule.from_config({**kl, "schedule": "linear"})
+
+
 def test_kl_schedules():
     const = attention.KLSchedule(weight=0.5)
     assert const(0) == const(100) == 0.5

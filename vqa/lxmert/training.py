@@ -82,11 +82,6 @@ def adaptation_of(cfg: DictConfig) -> Adaptation:
     return Adaptation.from_dict(to_dict(cfg.model.adaptation))
 
 
-def kl_schedule(cfg: DictConfig) -> attention.KLSchedule:
-    return attention.KLSchedule(weight=cfg.kl.weight, kind=cfg.kl.schedule, warmup=cfg.kl.warmup,
-                                rate=cfg.kl.rate, offset=cfg.kl.offset)
-
-
 def check_run_inputs(cfg: DictConfig, resuming: bool) -> None:
     """One error naming every input file of the run that is missing (answers, word pieces, the splits'
     questions, annotations and features, pretrained weights, answer table), each with its fix.
@@ -227,7 +222,7 @@ def run(cfg: DictConfig, progress: bool = True) -> Dict:
     history: List[Dict] = [] if state is None else state["extra"]["history"]
     # training time up to the resumed checkpoint, kept across resumptions
     train_seconds = 0.0 if state is None else state["extra"].get("train_seconds", 0.0)
-    schedule = kl_schedule(cfg)
+    schedule = attention.KLSchedule.from_config(cfg.kl)
     collect = adaptation.span is not None or cfg.kl.weight > 0
     _drop_metrics_after(out_dir / "metrics.jsonl", step)  # logged by an interrupted attempt past its checkpoint
     logger = MetricsLogger(out_dir)
