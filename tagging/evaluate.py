@@ -60,7 +60,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from common.utils import atomic_write_json, default_data_root, results_record
     from common.utils.cli import runtime_from
 
-    from .data import TreebankError, Vocabulary, encode, read_conllu, split_files, treebank_dir
+    from .data import Vocabulary, encode, read_conllu, split_files, treebank_dir
     from .training import RUN_ERRORS, build_model, evaluate
 
     try:
@@ -81,7 +81,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             per_seed.append({"seed": saved["seed"], "checkpoint": str(path), **scores})
             print(f"seed {saved['seed']}: {directory.name} {args.split} accuracy {scores['all']:.2f} "
                   f"(OOV {scores['oov']:.2f} of {scores['oov_words']} words, ambiguous {scores['ambiguous']:.2f})")
-    except (TreebankError, *RUN_ERRORS) as err:
+    except RUN_ERRORS as err:  # TreebankError among them
         print(f"error: {err}", file=sys.stderr)
         return 2
     summary = {metric: {"mean": float(np.nanmean([r[metric] for r in per_seed])),
