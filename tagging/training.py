@@ -8,12 +8,12 @@ accuracy over all words; training stops after ``train.patience`` epochs without 
 accuracy is also measured every ``train.curve_every`` updates (the paper's Figure 2).
 
 Files under ``<out_dir>``: ``seed<k>/`` with ``metrics.jsonl`` (+ TensorBoard events: ``step`` =
-update, ``dev/acc``, ``train/loss``), ``checkpoint.pt`` (the newest resumable state: written at
-each epoch's end and on Ctrl-C, at the current update) and ``best.pt`` (weights, vocabulary and
-config of the best epoch); ``seed<k>.json`` once a seed is done; ``results.json`` (per seed and
-mean +- std (ddof=1) of the dev and test accuracy over all / OOV / ambiguous words, the learning
-speed, the config and versions) and ``curves.png``. Re-running the same command reuses finished
-seeds and resumes an unfinished one exactly where it stopped (same batches, same RNG state).
+update, ``dev/acc``, ``train/loss``), ``checkpoints/step_<update>.pt`` (the newest resumable state,
+through :class:`common.utils.Checkpointer`: written at each epoch's end and on Ctrl-C, at the current update)
+and ``best.pt`` (weights, vocabulary and config of the best epoch); ``seed<k>.json`` once a seed is done;
+``results.json`` (per seed and mean +- std (ddof=1) of the dev and test accuracy over all / OOV /
+ambiguous words, the learning speed, the config and versions) and ``curves.png``. Re-running the same
+command reuses finished seeds and resumes an unfinished one exactly where it stopped (same batches, same RNG state).
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ from omegaconf import DictConfig
 from common import attention
 from common.utils import (MetricsLogger, atomic_save, atomic_write_json, console, default_data_root, results_record,
                           seed_everything)
-from common.utils.checkpoint import rng_state, set_rng_state
+from common.utils.checkpoint import Checkpointer
 from common.utils.config import check_resumable, to_dict
 from common.utils.runtime import DeviceError, Runtime
 from common.utils.updates import check_updates
@@ -112,13 +112,10 @@ class SeedRun:
         self.per_epoch = len(self.order(0))
         self.state = {"epoch": 0, "batch": 0, "step": 0, "best_acc": -1.0, "best_epoch": None, "bad_epochs": 0,
                       "curve": [], "train_seconds": 0.0, "loss": float("nan"), "done": False}
-        path = self.dir / "checkpoint.pt"
-        if path.exists():
-            saved = torch.load(path, map_location=runtime.device, weights_only=False)
-            self.model.load_state_dict(saved["model"])
-            self.optimizer.load_state_dict(saved["optimizer"])
-            self.state = saved["state"]
-            set_rng_state(saved["rng"])
+        self.checkpointer = Checkpointer(self.dir, keep=1)
+        saved = self.checkpointer.load_latest(self.model, self.optimizer, map_location=runtime.device)
+        if saved is not None:
+            self.state = saved["extra"]
             console.say(f"seed {seed}: resuming from update {self.state['step']} (epoch {self.state['epoch'] + 1})")
 
     def order(self, epoch: int) -> List[List[int]]:
@@ -130,9 +127,9 @@ class SeedRun:
         perm = torch.randperm(len(train), generator=generator).tolist()
         return [perm[i:i + self.cfg.train.batch_size] for i in range(0, len(perm), self.cfg.train.batch_size)]
 
-    def save(self) -> None:
-        atomic_save({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                     "state": self.state, "rng": rng_state()}, self.dir / "checkpoint.pt")
+    def save(self) -> Path:
+        """The resumable state (model, optimiser, training state, RNG) at the current update."""
+        return self.checkpointer.save(self.state["step"], self.model, self.optimizer, extra=self.state)
 
     def save_best(self) -> None:
         atomic_save({"model": self.model.state_dict(), "vocab": self.treebank.vocab.state(),
@@ -181,8 +178,7 @@ class SeedRun:
         except KeyboardInterrupt as interrupt:
             if not isinstance(interrupt, console.InterruptedMidway):  # a second Ctrl-C may leave a half update
                 s["train_seconds"] += time.perf_counter() - tick
-                self.save()
-                console.say(f"seed {self.seed}: update {s['step']} saved to {self.dir / 'checkpoint.pt'}")
+                console.say(f"seed {self.seed}: update {s['step']} saved to {self.save()}")
             raise
 
     def _end_epoch(self, logger: MetricsLogger, loss: float) -> None:

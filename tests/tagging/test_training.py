@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from common.utils.checkpoint import Checkpointer
+
 from tagging import training
 from tagging.config import load_config
 
@@ -80,7 +82,8 @@ def test_ctrl_c_and_a_rerun_give_the_uninterrupted_results(baseline, tmp_path, c
     with pytest.raises(KeyboardInterrupt):
         training.run(cfg, progress=False)
     restore()
-    saved = torch.load(tmp_path / "run" / "seed0" / "checkpoint.pt", weights_only=False)["state"]
+    (path,) = Checkpointer(tmp_path / "run" / "seed0").paths()
+    saved = torch.load(path, weights_only=False)["extra"]
     # the update in progress finished before the checkpoint was written
     epoch = (interrupt_at - 1) // PER_EPOCH
     assert (saved["step"], saved["epoch"], saved["batch"]) == (interrupt_at, epoch, interrupt_at - PER_EPOCH * epoch)
