@@ -41,7 +41,7 @@ CLIS = {
     "tagging.evaluate": None,
     "scripts/reproduce_pos_table.py": None,
 }
-MODEL_MODULES += ("vqa.mcan", "vqa.lxmert.model", "vqa.lxmert.attention", "vqa.lxmert.adapt")
+MODEL_MODULES += ("vqa.mcan", "vqa.lxmert.model", "vqa.lxmert.adapt")
 MODEL_MODULES += ("captioning.models", "tagging.model", "tagging.data", "tagging.training")
 #: The work modules the train CLIs import once their config has been checked.
 MODEL_MODULES += ("graphattn.training", "mt.training", "captioning.training", "vqa.training", "vqa.lxmert.training")

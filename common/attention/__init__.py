@@ -9,6 +9,8 @@
 Blocks (``common.attention.blocks``) and map operators (``common.attention.maps``) build on
 the normalizers: predictive/evolving/convoluted attention, position interactions, learnable
 temperature, adaptive span, and LayerDrop (``common.attention.structure``).
+:func:`swap_attention` puts any of them into a pretrained Hugging Face encoder
+(``common.attention.surgery``).
 
 Variants: ``softmax``; BAM ``bam-wf``, ``bam-wc``, ``bam-lf``, ``bam-lc`` (Weibull/Lognormal
 posterior, fixed/contextual prior); ``entmax`` (learnable alpha), ``entmax15``, ``sparsemax``.
@@ -27,6 +29,7 @@ _EXPORTS = {
     "AdditiveAttention": "blocks", "Attend": "blocks", "AttendConfig": "blocks", "AttentionMaps": "blocks",
     "MultiHeadAttention": "blocks", "clamp_spans": "maps", "LayerDropList": "structure",
     "every_other_layers": "structure", "prune_layers": "structure",
+    "swap_attention": "surgery", "swapped_attention": "surgery",
 }
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

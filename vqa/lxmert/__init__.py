@@ -1,7 +1,7 @@
 """LXMERT adaptive fine-tuning on VQA v2 (Bhargava, *Adaptive Transformers for Learning Multimodal
-Representations*): ``transformers.LxmertModel`` with its attention modules swapped for
-``common.attention`` ones (adaptive span, alpha-entmax with a learnable alpha per head, BAM) and
-LayerDrop over its three layer stacks, with every-other pruning at inference.
+Representations*): ``transformers.LxmertModel`` with its attention routed through
+``common.attention`` by :mod:`common.attention.surgery` (adaptive span, alpha-entmax with a learnable
+alpha per head, BAM) and LayerDrop over its three layer stacks, with every-other pruning at inference.
 
     python -m vqa.lxmert.train --variant span --pretrained <hf-dir>      # fine-tune
     python -m vqa.lxmert.evaluate runs/lxmert/span                 # evaluate, write a submission
@@ -13,7 +13,6 @@ from common.lazy import lazy_exports
 _EXPORTS = {
     **dict.fromkeys(("Adaptation", "LayerDropOptions", "SpanOptions", "adapt_lxmert", "adaptive_attention",
                      "pruned_layers"), "adapt"),
-    "AdaptiveLxmertAttention": "attention",
     **dict.fromkeys(("LoadReport", "PretrainedError", "build_vqa_model", "head_parameters", "load_vqa_model",
                      "vqa_loss"), "model"),
 }

@@ -1,6 +1,6 @@
 """Adaptive fine-tuning of LXMERT (Bhargava, *Adaptive Transformers for Learning Multimodal
-Representations*): swap every attention module of a ``transformers.LxmertModel`` for one built
-from ``common.attention``, and wrap its three layer stacks in LayerDrop.
+Representations*): route every attention module of a ``transformers.LxmertModel`` through
+``common.attention`` (:func:`common.attention.surgery.swap_attention`), and wrap its three layer stacks in LayerDrop.
 
 LXMERT has five kinds of attention, grouped here in three *sites*:
 
@@ -32,12 +32,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Dict, Iterator, List, Mapping, Optional, Tuple
 
 from torch import nn
-from transformers.models.lxmert.modeling_lxmert import LxmertAttention, LxmertEncoder
+from transformers.models.lxmert.modeling_lxmert import LxmertEncoder
 
 from common.attention import AttendConfig, LayerDropList, every_other_layers, prune_layers
 from common.attention.blocks import SpanConfig
-
-from .attention import AdaptiveLxmertAttention
+from common.attention.surgery import swap_attention, swapped_attention
 
 SITES = ("language", "vision", "cross")
 SPAN_DISTANCE = {"language": "position", "vision": "rank", "cross": "rank"}
@@ -206,38 +205,34 @@ def _encoder(model: nn.Module) -> LxmertEncoder:
 
 
 def adapt_lxmert(model: nn.Module, adaptation: Adaptation) -> nn.Module:
-    """Swap the attention modules of ``model`` (an ``LxmertModel`` or a model holding one) in place.
+    """Route the attention modules of ``model`` (an ``LxmertModel`` or a model holding one) through the
+    suite's attention core (:func:`common.attention.surgery.swap_attention`), in place.
 
-    Pretrained weights stay where they are: the projections are reused and keep their state-dict
-    names; the new parameters (span ``z``, entmax ``alpha``, BAM's prior network) live under
-    ``<attention>.attend``. Returns ``model``.
+    Pretrained weights stay where they are, under their state-dict names; the new parameters (span
+    ``z``, entmax ``alpha``, BAM's prior network) live under ``<attention>.attend``. Returns ``model``.
     """
     encoder = _encoder(model)
-    dropout = encoder.config.attention_probs_dropout_prob
-    replacements = []
-    for name, module in encoder.named_modules():
-        if isinstance(module, LxmertAttention):
-            site = attention_site(name)
-            if site is None:
-                raise ValueError(f"LxmertAttention at encoder.{name} matches no known site; this LXMERT "
-                                 f"layout is not supported")
-            replacements.append((name, AdaptiveLxmertAttention.replacing(module, adaptation.attend_config(site, dropout))))
-    if not replacements:
-        raise ValueError("no LxmertAttention module found: was this model adapted already?")
-    for name, new in replacements:
-        parent_name, _, child = name.rpartition(".")
-        setattr(encoder.get_submodule(parent_name), child, new)
+    if any(True for _ in swapped_attention(encoder)):
+        raise ValueError("this LXMERT was adapted already: build a fresh model to adapt it differently")
+
+    def configure(name: str, module: nn.Module) -> AttendConfig:
+        site = attention_site(name)
+        if site is None:
+            raise ValueError(f"LxmertAttention at encoder.{name} matches no known site; this LXMERT layout is "
+                             f"not supported")
+        return adaptation.attend_config(site, encoder.config.attention_probs_dropout_prob)
+
+    swap_attention(encoder, configure)
     for stack, attr in STACKS.items():
         layers = list(getattr(encoder, attr))
         setattr(encoder, attr, StackLayerDrop(layers, p=adaptation.layerdrop.probability(stack, len(layers))))
     return model
 
 
-def adaptive_attention(model: nn.Module) -> Iterator[Tuple[str, str, AdaptiveLxmertAttention]]:
+def adaptive_attention(model: nn.Module) -> Iterator[Tuple[str, str, nn.Module]]:
     """``(name, site, module)`` of every adapted attention module, in forward order of the stacks."""
-    for name, module in _encoder(model).named_modules():
-        if isinstance(module, AdaptiveLxmertAttention):
-            yield name, attention_site(name), module
+    for name, module in swapped_attention(_encoder(model)):
+        yield name, attention_site(name), module
 
 
 @contextmanager

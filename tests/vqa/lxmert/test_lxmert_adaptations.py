@@ -48,8 +48,8 @@ def test_language_span_mask_is_exact_at_both_ramp_ends(config):
 
 
 def _plain_scores(attn, x):
-    q = attn._heads(attn.query(x))
-    k = attn._heads(attn.key(x))
+    heads = lambda y: y.view(*y.shape[:-1], attn.num_attention_heads, -1).transpose(-3, -2)  # noqa: E731
+    q, k = heads(attn.query(x)), heads(attn.key(x))
     return q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
 
 
