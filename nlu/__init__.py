@@ -1,0 +1,1 @@
+"""GLUE fine-tuning of pretrained Transformer encoders with the suite's attention (BAM paper, Table 5)."""
