@@ -27,7 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks._measure import environment, interleaved_wall_cpu, write_json  # noqa: E402
 from common.utils import default_data_root  # noqa: E402
 from tagging.config import load_config  # noqa: E402
-from tagging.data import batches, bucketed_order, load_treebank  # noqa: E402
+from common.text.batching import bucketed_order  # noqa: E402
+from tagging.data import batches, load_treebank  # noqa: E402
 from tagging.model import Tagger  # noqa: E402
 from tagging.training import build_model  # noqa: E402
 

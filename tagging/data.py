@@ -27,6 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from common.text.batching import length_sorted_batches
+
 from .config import PAPER_TREEBANKS  # noqa: F401 (re-exported)
 
 SPLITS = ("train", "dev", "test")
@@ -269,21 +271,7 @@ def batches(chunks: Sequence[Chunk], batch_size: int, order: Optional[Sequence[S
 
 def length_sorted_order(chunks: Sequence[Chunk], batch_size: int) -> List[List[int]]:
     """Evaluation batches of chunks sorted by length (least padding; the order does not change any metric)."""
-    ranked = sorted(range(len(chunks)), key=lambda i: len(chunks[i].words))
-    return [ranked[i:i + batch_size] for i in range(0, len(ranked), batch_size)]
-
-
-def bucketed_order(lengths: Sequence[int], batch_size: int, generator: torch.Generator, pool: int = 50
-                   ) -> List[List[int]]:
-    """Training batches of similar lengths in a random order: shuffle, sort each pool of ``pool`` batches by
-    length, cut it into batches, shuffle the batches (a bucket iterator). Padding shrinks several times
-    compared with random batches, and every chunk is seen once per epoch."""
-    perm = torch.randperm(len(lengths), generator=generator).tolist()
-    out = []
-    for lo in range(0, len(perm), pool * batch_size):
-        group = sorted(perm[lo:lo + pool * batch_size], key=lambda i: lengths[i])
-        out.extend(group[i:i + batch_size] for i in range(0, len(group), batch_size))
-    return [out[i] for i in torch.randperm(len(out), generator=generator).tolist()]
+    return length_sorted_batches([len(c.words) for c in chunks], batch_size)
 
 
 @dataclass

@@ -37,7 +37,9 @@ from common.utils.config import check_resumable, to_dict
 from common.utils.runtime import DeviceError, Runtime
 from common.utils.updates import check_updates
 
-from .data import (Batch, Chunk, Treebank, TreebankError, Vocabulary, batches, bucketed_order, length_sorted_order,
+from common.text.batching import bucketed_order
+
+from .data import (Batch, Chunk, Treebank, TreebankError, Vocabulary, batches, length_sorted_order,
                    load_treebank)
 from .metrics import accuracies
 from .model import Tagger, variant_label

@@ -5,8 +5,8 @@ import random
 
 import torch
 
-from tagging.data import PAD, Chunk, Sentence, Vocabulary, batches, bucketed_order, collate, encode, \
-    length_sorted_order
+from common.text.batching import bucketed_order
+from tagging.data import PAD, Chunk, Sentence, Vocabulary, batches, collate, encode, length_sorted_order
 
 VOCAB = Vocabulary.build([Sentence(["ab", "abc", "b", "ca"], ["X"] * 4)], vocab_fraction=1.0)
 
