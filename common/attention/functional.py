@@ -17,7 +17,8 @@ EULER_GAMMA = 0.5772156649015329
 
 
 def _as_tensor(x, like: Tensor) -> Tensor:
-    return x if isinstance(x, Tensor) else torch.as_tensor(x, dtype=like.dtype, device=like.device)
+    # torch.full fills on the device; torch.as_tensor of a number copies it from host memory (a GPU sync)
+    return x if isinstance(x, Tensor) else torch.full((), x, dtype=like.dtype, device=like.device)
 
 
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
@@ -145,7 +146,7 @@ def entmax_bisect_groups(scores: Tensor, alpha, groups, n_iter: Optional[int] = 
     if n_iter is None:
         n_iter = bisect_iterations(scores.dtype)
     if not isinstance(alpha, Tensor):
-        alpha = scores.new_tensor(float(alpha))
+        alpha = scores.new_full((), float(alpha))  # (new_tensor would copy from the host: a GPU sync)
     return _EntmaxBisectGroups.apply(scores, alpha, groups, n_iter)
 
 

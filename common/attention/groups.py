@@ -50,8 +50,9 @@ class DenseGroups:
         return self.mask is not None
 
     def fill(self, x: Tensor, value: float) -> Tensor:
-        """``x`` with masked entries replaced by ``value`` (one pass, autograd-safe)."""
-        return x if self.mask is None else torch.where(self.mask, x, x.new_tensor(value))
+        """``x`` with masked entries replaced by ``value`` (one pass, autograd-safe). ``value`` stays a Python
+        number: ``x.new_tensor(value)`` would copy it from host memory to a GPU, a synchronisation."""
+        return x if self.mask is None else torch.where(self.mask, x, value)
 
     def zero_masked(self, x: Tensor) -> Tensor:
         return self.fill(x, 0.0)

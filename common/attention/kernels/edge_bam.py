@@ -352,7 +352,7 @@ def edge_bam(bam, scores: Tensor, ptr: Tensor, prior_logits: Optional[Tensor] = 
     if seed is None:
         seed = torch.randint(0, 2**31 - 1, (1,), device=scores.device)
     elif not isinstance(seed, Tensor):
-        seed = torch.tensor([int(seed)], device=scores.device)
+        seed = torch.full((1,), int(seed), dtype=torch.int64, device=scores.device)  # no host-to-device copy
     scores = scores.contiguous()
     prior_logits = prior_logits.contiguous() if config.prior else None
     noise = noise.to(scores.dtype).contiguous() if config.noise == NOISE_GIVEN else None

@@ -302,7 +302,7 @@ def dense_backward(weights: Tensor, grad: Tensor, alpha: Tensor, power: int, alp
 
 def _dense(scores: Tensor, alpha: Union[float, Tensor], mask: Optional[Tensor]):
     """Rows ``[R, keys]`` of ``scores`` (masked keys at ``-inf``), the flat alpha and the dense layout."""
-    x = scores if mask is None else torch.where(mask, scores, scores.new_tensor(float("-inf")))
+    x = scores if mask is None else torch.where(mask, scores, float("-inf"))  # (new_tensor: a host-to-GPU copy)
     shape = x.shape
     x = x.contiguous().view(-1, shape[-1])
     a = _as_alpha(alpha, x)
