@@ -42,12 +42,16 @@ def _generator(seed: int = 0) -> torch.Generator:
 def build(model: str, normalizer: str = "softmax", operator: str | None = None, device: str = "cpu"):
     """``(model, inputs, loss)`` of a tiny ``model`` in training mode (dropout off, so that compiled and
     eager steps can be compared) with ``normalizer`` in its attention, and ``operator`` of
-    :data:`MAP_OPERATORS` (MT Transformer only)."""
+    :data:`MAP_OPERATORS` (MT Transformer only).
+
+    The inputs and the loss's targets are on ``device`` before the step: a copy from host memory inside
+    the step would be a host synchronisation on a GPU (``tests/gpu/test_compile_cuda.py``)."""
     torch.manual_seed(0)
-    net, inputs, loss = _BUILDERS[model](normalizer, operator)
+    net, inputs, loss, targets = _BUILDERS[model](normalizer, operator)
     net = net.to(device).train()
     inputs = tuple(x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs)
-    return net, inputs, loss
+    targets = tuple(t.to(device) for t in targets)
+    return net, inputs, lambda out, aux: loss(out, aux, *targets)
 
 
 def _gat(normalizer: str, operator):
@@ -59,7 +63,7 @@ def _gat(normalizer: str, operator):
     x = torch.randn(nodes, 8, generator=g)
     target = torch.randint(0, 3, (nodes,), generator=g)
     model = GAT(8, 3, hidden_channels=4, heads=2, dropout=0.0, attention=normalizer)
-    return model, (x, index), lambda out, aux: F.cross_entropy(out, target.to(out.device)) + aux.total()
+    return model, (x, index), lambda out, aux, target: F.cross_entropy(out, target) + aux.total(), (target,)
 
 
 def _mcan(normalizer: str, operator):
@@ -73,8 +77,8 @@ def _mcan(normalizer: str, operator):
     target = (torch.rand(2, 7, generator=g) > 0.7).float()
     model = MCAN(MCANConfig(vocab_size=50, num_answers=7, feature_dim=16, word_dim=8, hidden=16, heads=2, ffn=32,
                             layers=2, dropout=0.0, flat_mlp=16, flat_out=16, attention=normalizer))
-    return model, (tokens, q_mask, features, r_mask), lambda out, aux: (
-        F.binary_cross_entropy_with_logits(out, target.to(out.device), reduction="sum") + 0.01 * aux.total())
+    return model, (tokens, q_mask, features, r_mask), lambda out, aux, target: (
+        F.binary_cross_entropy_with_logits(out, target, reduction="sum") + 0.01 * aux.total()), (target,)
 
 
 def _lxmert(normalizer: str, operator):
@@ -94,11 +98,10 @@ def _lxmert(normalizer: str, operator):
               torch.cat([corners, corners + 0.4], -1), visual_mask)
     target = (torch.rand(2, 5, generator=g) > 0.7).float()
 
-    def loss(out, aux):
-        return F.binary_cross_entropy_with_logits(out.question_answering_score, target.to(out[0].device)) \
-            + aux.total()
+    def loss(out, aux, target):
+        return F.binary_cross_entropy_with_logits(out.question_answering_score, target) + aux.total()
     return _Keywords(model, ("input_ids", "attention_mask", "visual_feats", "visual_pos",
-                             "visual_attention_mask")), inputs, loss
+                             "visual_attention_mask")), inputs, loss, (target,)
 
 
 class _Keywords(torch.nn.Module):
@@ -123,8 +126,8 @@ def _att2in(normalizer: str, operator):
     model = Att2in(Att2inConfig(vocab_size=30, feature_dim=16, embed_dim=8, rnn_size=16, att_hidden=8, dropout=0.0,
                                 attention=normalizer), bos=1, pad=0)
     target = captions[:, :, 1:].reshape(2, -1)
-    return model, (features, mask, captions), lambda out, aux: (
-        F.nll_loss(out.reshape(-1, out.shape[-1]), target.reshape(-1).to(out.device)) + aux.total())
+    return model, (features, mask, captions), lambda out, aux, target: (
+        F.nll_loss(out.reshape(-1, out.shape[-1]), target.reshape(-1)) + aux.total()), (target,)
 
 
 def _seq2seq_batch():
@@ -141,7 +144,7 @@ def _mt_lstm(normalizer: str, operator):
     src, src_mask, tgt = _seq2seq_batch()
     model = LSTMSeq2Seq(40, 40, 0, 0, emb_dim=8, enc_hidden=8, dec_hidden=16, attn_hidden=8, dropout=0.0,
                         normalizer=normalizer)
-    return model, (src, src_mask, tgt[:, :-1]), _seq2seq_loss(tgt)
+    return model, (src, src_mask, tgt[:, :-1]), _seq2seq_loss, (tgt[:, 1:],)
 
 
 def _mt_transformer(normalizer: str, operator):
@@ -152,13 +155,11 @@ def _mt_transformer(normalizer: str, operator):
     model = TransformerSeq2Seq(40, 40, 0, 0, dim=16, heads=2, ffn_dim=32, enc_layers=2, dec_layers=1, dropout=0.0,
                                encoder_attention=encoder, decoder_attention={"normalizer": normalizer},
                                cross_attention={"normalizer": normalizer}, max_positions=16)
-    return model, (src, src_mask, tgt[:, :-1]), _seq2seq_loss(tgt)
+    return model, (src, src_mask, tgt[:, :-1]), _seq2seq_loss, (tgt[:, 1:],)
 
 
-def _seq2seq_loss(tgt: torch.Tensor) -> Callable:
-    def loss(out, aux):
-        return F.cross_entropy(out.reshape(-1, out.shape[-1]), tgt[:, 1:].reshape(-1).to(out.device)) + aux.total()
-    return loss
+def _seq2seq_loss(out, aux, gold: torch.Tensor):
+    return F.cross_entropy(out.reshape(-1, out.shape[-1]), gold.reshape(-1)) + aux.total()
 
 
 _BUILDERS = {"gat": _gat, "mcan": _mcan, "lxmert": _lxmert, "att2in": _att2in, "mt-lstm": _mt_lstm,
