@@ -5,6 +5,7 @@ import torch
 
 from common import attention
 from common.attention.blocks import Attend
+from common.attention.blocks.trimmed import trimmed_span_attention
 
 pytestmark = pytest.mark.cuda
 
@@ -63,14 +64,22 @@ def test_edge_kernel_follows_the_scatter_bisection(monkeypatch, sorted_edges):
 
 
 def test_trimmed_span_equals_full_path_on_cuda():
+    """On CUDA ``Attend`` takes the full path even with ``need_maps=False`` (choosing the trimmed keys reads the
+    spans back to the host: that shortcut is the CPU's in eager mode, docs/gpu.md); the trimmed computation,
+    called directly on CUDA tensors, gives the full path's output and gradients on the real (unpadded) queries.
+    Padding queries are left out: where a query's span reaches only a few real keys, the span's
+    renormalisation ``m w / (sum m w + 1e-8)`` differs between the paths by far more than rounding (the full
+    path's softmax spreads over all real keys), on the CPU in float64 too."""
     g = torch.Generator(device="cuda").manual_seed(0)
     attend = Attend(8, 64, {"span": {"max_span": 64, "ramp": 8, "init": 0.37}}).cuda()
     q, k, v = (torch.randn(2, 8, 1024, 64, device="cuda", generator=g).requires_grad_() for _ in range(3))
     mask = (torch.arange(1024, device="cuda") < torch.tensor([1024, 700], device="cuda")[:, None]).view(2, 1, 1, 1024)
-    results = []
-    for need_maps in (False, True):
-        out, maps = attend(q, k, v, mask=mask, need_maps=need_maps)
-        assert (maps.weights is None) != need_maps
-        results.append((out, *torch.autograd.grad(out.square().sum(), (q, k, v, attend.span.z))))
+    real = mask.view(2, 1, 1024, 1)
+    out, maps = attend(q, k, v, mask=mask, need_maps=False)
+    assert maps.weights is not None  # no shortcut on CUDA: the full path, which records its maps
+    trimmed = trimmed_span_attention(q, k, v, attend.span, attend.normalizer, 64 ** -0.5, mask, 0.0, True)
+    assert trimmed is not None  # a 1024-token sequence with spans of at most 64 is trimmed
+    results = [(x * real, *torch.autograd.grad((x * real).square().sum(), (q, k, v, attend.span.z)))
+               for x in (trimmed, out)]
     for a, b in zip(*results):
         assert torch.allclose(a, b, rtol=1e-4, atol=1e-5 * float(b.abs().max()))
