@@ -3,7 +3,8 @@
 # (ignored by git, small enough to travel with the working tree):
 #   .gpu/wheels  the packages the GPU image lacks (entmax, omegaconf, subword-nmt and mock, sacremoses,
 #                torch-optimizer and pytorch-ranger), for CPython 3.12 on x86-64, without dependencies (the
-#                image has the rest);
+#                image has the rest; pycocoevalcap is left out: its wheel is 100 MB of Java jars, and
+#                tests/gpu skips the captioning run without it or without java);
 #   .gpu/data    the data the suite reads: planetoid/Cora (GAT) and mt/multi30k (MT).
 #
 #   bash scripts/gpu_bundle.sh [DATA_ROOT]     # here: pack (DATA_ROOT defaults to $ATTN_DATA_ROOT)
