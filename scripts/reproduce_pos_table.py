@@ -20,10 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
-import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Dict, List
@@ -31,6 +28,7 @@ from typing import Dict, List
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from common.utils.grid import Cell, run_cells  # noqa: E402
 from tagging.config import PAPER_TREEBANKS, VARIANT_NAMES  # noqa: E402
 
 #: A published reference of the same kind beside ours: UPOS accuracy (%) of UDPipe 1.2 with gold tokenisation on the
@@ -74,37 +72,17 @@ def cells(args) -> List[tuple]:
 
 
 def run_grid(args) -> None:
-    pending = cells(args)
-    running: Dict[subprocess.Popen, tuple] = {}
-    failed = []
-    total, started = len(pending), time.time()
-    while pending or running:
-        while pending and len(running) < args.jobs:
-            tb, row, extra = pending.pop(0)
-            variant = row if not extra else "pe-add"
-            out = Path(args.out) / tb / row
-            if (out / "results.json").exists() and json.loads((out / "results.json").read_text())["seeds"] == \
-                    list(range(args.seeds)):
-                continue
-            cmd = [sys.executable, "-m", "tagging.train", "--treebank", tb, "--variant", variant, "--seeds",
-                   str(args.seeds), "--threads", "1", "--no-progress", "--out", str(out), *extra, *args.overrides]
-            if args.data_root:
-                cmd += ["--data-root", args.data_root]
-            out.mkdir(parents=True, exist_ok=True)
-            log = open(out / "train.log", "a")
-            running[subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
-                                     env={**os.environ, "OMP_NUM_THREADS": "1"})] = (tb, row, log)
-        time.sleep(2)
-        for proc in [p for p in running if p.poll() is not None]:
-            tb, row, log = running.pop(proc)
-            log.close()
-            done = total - len(pending) - len(running)
-            status = "done" if proc.returncode == 0 else f"FAILED (exit {proc.returncode}, see {log.name})"
-            if proc.returncode:
-                failed.append((tb, row))
-            print(f"[{done}/{total}, {(time.time() - started) / 60:.0f} min] {tb} {row}: {status}", flush=True)
-    if failed:
-        print(f"{len(failed)} cells failed: {failed}", file=sys.stderr)
+    grid = []
+    for tb, row, extra in cells(args):
+        out = Path(args.out) / tb / row
+        if (out / "results.json").exists() and json.loads((out / "results.json").read_text())["seeds"] == \
+                list(range(args.seeds)):
+            continue
+        cmd = [sys.executable, "-m", "tagging.train", "--treebank", tb, "--variant", row if not extra else "pe-add",
+               "--seeds", str(args.seeds), "--threads", "1", "--no-progress", "--out", str(out), *extra,
+               *args.overrides]
+        grid.append(Cell(f"{tb} {row}", cmd + (["--data-root", args.data_root] if args.data_root else []), out))
+    run_cells(grid, args.jobs, cwd=ROOT)
 
 
 def load_results(out: Path) -> Dict[str, Dict[str, dict]]:

@@ -1,0 +1,82 @@
+"""A pretrained encoder with a sequence-classification head, its attention routed through the suite
+(:func:`common.attention.surgery.swap_attention`), and the GLUE examples encoded by its tokenizer."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+import torch
+from torch import Tensor, nn
+
+from common.attention.surgery import swap_attention
+
+from .data import GlueSplit
+from .tasks import TaskSpec
+
+
+@dataclass
+class Encoded:
+    """A split tokenized once: per example the token ids (and segment ids), its label and its length."""
+
+    features: List[Dict[str, List[int]]]
+    labels: Sequence
+
+    @property
+    def lengths(self) -> List[int]:
+        return [len(f["input_ids"]) for f in self.features]
+
+    def __len__(self) -> int:
+        return len(self.features)
+
+
+def load_tokenizer(model_dir: Path):
+    """The checkpoint's own tokenizer."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(model_dir)
+
+
+def load_classifier(model_dir: Path, task: TaskSpec, attention: Optional[Mapping]) -> Tuple[nn.Module, List[str]]:
+    """``(model, newly initialised keys)``: the checkpoint at ``model_dir`` with a fresh head of
+    ``task.num_labels`` outputs, every supported attention module swapped to ``attention`` (a mapping of
+    :class:`~common.attention.blocks.AttendConfig` fields, e.g. ``{"normalizer": "bam-wc"}``; ``None``
+    leaves the model's own attention)."""
+    from transformers import AutoModelForSequenceClassification
+    from transformers.utils import logging
+
+    verbosity = logging.get_verbosity()
+    logging.set_verbosity_error()  # the head is new by design; the caller reports it in one line, not a table
+    try:
+        model, info = AutoModelForSequenceClassification.from_pretrained(
+            model_dir, num_labels=task.num_labels, output_loading_info=True)
+    finally:
+        logging.set_verbosity(verbosity)
+    if attention is not None:
+        swap_attention(model, dict(attention))
+    return model, sorted(info["missing_keys"])
+
+
+def encode(tokenizer, split: GlueSplit, max_length: int) -> Encoded:
+    """Token ids of every example of ``split`` (pairs truncated longest-first to ``max_length``)."""
+    texts = (split.text_a,) if split.text_b is None else (split.text_a, split.text_b)
+    batch = tokenizer(*texts, truncation=True, max_length=max_length)
+    keys = [k for k in ("input_ids", "token_type_ids") if k in batch]
+    features = [{k: batch[k][i] for k in keys} for i in range(len(split))]
+    return Encoded(features, split.labels if split.labels is not None else [None] * len(split))
+
+
+def collate(tokenizer, encoded: Encoded, indices: Sequence[int], regression: bool) -> Dict[str, Tensor]:
+    """One batch padded to its longest example (dynamic padding), with ``labels`` when the split has them."""
+    batch = dict(tokenizer.pad([encoded.features[i] for i in indices], return_tensors="pt"))
+    labels = [encoded.labels[i] for i in indices]
+    if labels[0] is not None:
+        batch["labels"] = torch.tensor(labels, dtype=torch.float32 if regression else torch.long)
+    return batch
+
+
+def task_loss(logits: Tensor, labels: Tensor, regression: bool) -> Tensor:
+    """Cross-entropy, or the squared error of the single output for a regression task (STS-B)."""
+    if regression:
+        return nn.functional.mse_loss(logits.float().squeeze(-1), labels)
+    return nn.functional.cross_entropy(logits.float(), labels)

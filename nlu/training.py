@@ -1,0 +1,271 @@
+"""Fine-tuning on a GLUE task over several seeds: the work behind ``python -m nlu.train`` (:mod:`nlu.train`
+parses the command line and checks the config before torch and transformers are imported).
+
+Recipe (BERT's, as ``transformers``' ``run_glue`` has it): the checkpoint's tokenizer, examples cut to
+``data.max_length`` tokens and padded per batch; AdamW (no weight decay on biases and LayerNorm weights),
+the learning rate warmed up linearly over ``optim.warmup_ratio`` of the updates and then decayed
+linearly to 0, gradients clipped to ``optim.max_grad_norm``; ``train.epochs`` epochs. The loss is the
+cross-entropy (STS-B: squared error) plus ``kl.weight * f(update) * KL`` for BAM normalizers, the KL
+summed over the layers; with ``kl.detach`` the KL carries no gradient (the authors' ALBERT code). The
+dev set is scored after every epoch; the reported scores are those of the last epoch (no selection on
+dev). Stochastic normalizers are evaluated with their mean weights, or by averaging ``train.mc_samples``
+sampled passes.
+
+Files under ``<out_dir>``: ``config.json``; ``seed<k>/`` with ``metrics.jsonl`` (+ TensorBoard events:
+``step`` = update, ``train/loss``, ``train/kl``, ``dev/<metric>``) and ``checkpoints/step_<update>.pt``
+(the newest resumable state: every ``train.checkpoint_every`` updates, at each epoch's end and on
+Ctrl-C); ``seed<k>.json`` once a seed is done; ``results.json`` (per seed and mean +- std (ddof=1) of
+every dev metric, in percent, with the config and versions). Re-running the same command reuses
+finished seeds and resumes an unfinished one at its last checkpoint (same batches, same RNG state).
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List
+
+import numpy as np
+import torch
+from omegaconf import DictConfig
+
+from common import attention
+from common.text.batching import bucketed_order, length_sorted_batches
+from common.utils import MetricsLogger, atomic_write_json, console, default_data_root, results_record, seed_everything
+from common.utils.checkpoint import Checkpointer
+from common.utils.config import check_resumable, to_dict
+from common.utils.runtime import DeviceError, Runtime
+from common.utils.updates import check_updates
+
+from .data import GlueFormatError, read_split
+from .metrics import compute_metrics
+from .model import Encoded, collate, encode, load_classifier, load_tokenizer, task_loss
+from .pretrained import PretrainedError, resolve_model
+from .tasks import TaskSpec, get_task
+
+#: Errors that end a run with a one-line message (exit status 2).
+RUN_ERRORS = (GlueFormatError, PretrainedError, DeviceError, ValueError, FileNotFoundError)
+#: Keys that may differ when a run resumes (they do not change what is computed).
+RESUMABLE_KEYS = ("device", "out_dir", "data_root", "seeds", "train.num_threads", "train.checkpoint_every",
+                  "train.eval_batch_size")
+
+
+def default_out_dir(cfg: DictConfig) -> Path:
+    if cfg.out_dir:
+        return Path(cfg.out_dir)
+    name = cfg.attention.name + (f"-{cfg.preset}" if cfg.preset else "")
+    return Path("runs") / "glue" / cfg.task / name
+
+
+@dataclass
+class GlueData:
+    """A task's train and dev splits, tokenized once for every seed."""
+
+    spec: TaskSpec
+    tokenizer: object
+    train: Encoded
+    dev: Encoded
+
+    @classmethod
+    def load(cls, cfg: DictConfig, model_dir: Path) -> "GlueData":
+        spec, root = get_task(cfg.task), default_data_root(cfg.data_root)
+        tokenizer = load_tokenizer(model_dir)
+        train, dev = (encode(tokenizer, read_split(spec, split, root), cfg.data.max_length)
+                      for split in ("train", "dev"))
+        return cls(spec, tokenizer, train, dev)
+
+
+@torch.no_grad()
+def predict(model, data: GlueData, encoded: Encoded, runtime: Runtime, batch_size: int, mc_samples: int = 0
+            ) -> np.ndarray:
+    """Predicted class ids (STS-B: scores) of every example of ``encoded``, in order: the eval-mode forward,
+    or the mean of ``mc_samples`` sampled passes (probabilities; STS-B: scores)."""
+    model.eval()
+    out = np.empty(len(encoded), dtype=np.float64 if data.spec.regression else np.int64)
+    with attention.mc_sampling(model) if mc_samples else nullcontext(), runtime.autocast():
+        for indices in length_sorted_batches(encoded.lengths, batch_size):
+            batch = runtime.to_device(collate(data.tokenizer, encoded, indices, data.spec.regression))
+            batch.pop("labels", None)
+            passes = [model(**batch).logits.float() for _ in range(max(mc_samples, 1))]
+            if data.spec.regression:
+                out[indices] = torch.stack(passes).mean(0).squeeze(-1).cpu().numpy()
+            else:
+                out[indices] = torch.stack([p.softmax(-1) for p in passes]).mean(0).argmax(-1).cpu().numpy()
+    return out
+
+
+def evaluate(model, data: GlueData, runtime: Runtime, batch_size: int, mc_samples: int = 0) -> Dict[str, float]:
+    """The task's official dev metrics, in percent."""
+    predictions = predict(model, data, data.dev, runtime, batch_size, mc_samples)
+    return {name: 100 * value for name, value in compute_metrics(data.spec, predictions, data.dev.labels).items()}
+
+
+def _parameter_groups(model, weight_decay: float) -> List[dict]:
+    """AdamW groups: no decay on biases and normalisation weights (BERT's recipe)."""
+    decay, no_decay = [], []
+    for name, parameter in model.named_parameters():
+        if parameter.requires_grad:
+            exempt = parameter.dim() < 2 or "LayerNorm" in name or "layer_norm" in name
+            (no_decay if exempt else decay).append(parameter)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+class SeedRun:
+    """One seed: model, optimiser, schedule and the resumable training state under ``<out_dir>/seed<k>``."""
+
+    def __init__(self, cfg: DictConfig, data: GlueData, model_dir: Path, seed: int, out_dir: Path, runtime: Runtime):
+        self.cfg, self.data, self.seed, self.runtime = cfg, data, seed, runtime
+        self.dir = out_dir / f"seed{seed}"
+        seed_everything(seed)
+        options = {"normalizer": cfg.attention.name, "normalizer_options": dict(cfg.attention.options)}
+        model, self.new_keys = load_classifier(model_dir, data.spec, options)
+        self.model = model.to(runtime.device)
+        self.optimizer = torch.optim.AdamW(_parameter_groups(self.model, cfg.optim.weight_decay), lr=cfg.optim.lr)
+        check_updates(len(data.train), f"{data.spec.name} has no training example", "check the train split")
+        self.per_epoch = math.ceil(len(data.train) / cfg.train.batch_size)
+        self.total = self.per_epoch * cfg.train.epochs
+        from transformers import get_linear_schedule_with_warmup
+
+        self.scheduler = get_linear_schedule_with_warmup(self.optimizer, math.ceil(cfg.optim.warmup_ratio * self.total),
+                                                         self.total)
+        self.kl = attention.KLSchedule.from_config(cfg.kl)
+        self.state = {"epoch": 0, "batch": 0, "step": 0, "loss": float("nan"), "kl": 0.0, "curve": [],
+                      "train_seconds": 0.0}
+        self.checkpointer = Checkpointer(self.dir, keep=1)
+        saved = self.checkpointer.load_latest(self.model, self.optimizer, self.scheduler, map_location=runtime.device)
+        if saved is not None:
+            self.state = saved["extra"]
+            console.say(f"seed {seed}: resuming from update {self.state['step']} (epoch {self.state['epoch'] + 1})")
+
+    def order(self, epoch: int) -> List[List[int]]:
+        """The batches of ``epoch``: a function of the seed and the epoch only, so a resumed epoch replays them."""
+        generator = torch.Generator().manual_seed(self.seed * 100_003 + epoch)
+        size = self.cfg.train.batch_size
+        if self.cfg.train.bucket:
+            return bucketed_order(self.data.train.lengths, size, generator)
+        perm = torch.randperm(len(self.data.train), generator=generator).tolist()
+        return [perm[i:i + size] for i in range(0, len(perm), size)]
+
+    def save(self) -> Path:
+        return self.checkpointer.save(self.state["step"], self.model, self.optimizer, self.scheduler, extra=self.state)
+
+    def train_step(self, indices: List[int]) -> tuple:
+        self.model.train()
+        data = self.data
+        batch = self.runtime.to_device(collate(data.tokenizer, data.train, indices, data.spec.regression))
+        labels = batch.pop("labels")
+        kl_weight = self.kl(self.state["step"])
+        with self.runtime.autocast(), attention.aux_losses() as aux:
+            loss = task_loss(self.model(**batch).logits, labels, self.data.spec.regression)
+            kl = aux.total().to(loss.device)
+            if kl_weight > 0 and len(aux):
+                loss = loss + kl_weight * (kl.detach() if self.cfg.kl.detach else kl)
+        self.optimizer.zero_grad(set_to_none=True)
+        clip = lambda: torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.optim.max_grad_norm)  # noqa
+        self.runtime.backward_step(loss, self.optimizer, clip)
+        self.scheduler.step()
+        return float(loss.detach()), float(kl.detach())
+
+    def run(self, bar, logger: MetricsLogger) -> None:
+        """Train every epoch; Ctrl-C checkpoints the current update and re-raises."""
+        cfg, s = self.cfg, self.state
+        tick = time.perf_counter()
+        try:
+            while s["epoch"] < cfg.train.epochs:
+                for indices in self.order(s["epoch"])[s["batch"]:]:
+                    with console.finish_first(f"update {s['step'] + 1}"):
+                        s["loss"], s["kl"] = self.train_step(indices)
+                        s["batch"] += 1
+                        s["step"] += 1
+                        if s["step"] % cfg.train.checkpoint_every == 0:
+                            s["train_seconds"] += time.perf_counter() - tick
+                            tick = time.perf_counter()
+                            self.save()
+                    bar.update()
+                    if s["step"] % 10 == 0:
+                        logger.log(s["step"], **{"train/loss": s["loss"], "train/kl": s["kl"]})
+                with console.finish_first("the end of the epoch"):
+                    s["train_seconds"] += time.perf_counter() - tick
+                    dev = evaluate(self.model, self.data, self.runtime, cfg.train.eval_batch_size)
+                    s["curve"].append({"epoch": s["epoch"] + 1, "step": s["step"], "dev": dev, "loss": s["loss"]})
+                    logger.log(s["step"], **{f"dev/{k}": v for k, v in dev.items()}, epoch=s["epoch"] + 1)
+                    s["epoch"] += 1
+                    s["batch"] = 0
+                    self.save()
+                    tick = time.perf_counter()
+                bar.set_postfix(**{k: f"{v:.1f}" for k, v in dev.items()})
+        except KeyboardInterrupt as interrupt:
+            if not isinstance(interrupt, console.InterruptedMidway):  # a second Ctrl-C may leave a half update
+                s["train_seconds"] += time.perf_counter() - tick
+                console.say(f"seed {self.seed}: update {s['step']} saved to {self.save()}")
+            raise
+
+    def result(self) -> dict:
+        """The last epoch's dev scores (and the MC-averaged ones for a stochastic normalizer)."""
+        stochastic = any(getattr(m, "stochastic", False) for m in self.model.modules())
+        mc = self.cfg.train.mc_samples if stochastic else 0
+        s = self.state
+        record = {"seed": self.seed, "updates": s["step"], "updates_per_epoch": self.per_epoch,
+                  "train_seconds": s["train_seconds"], "dev": s["curve"][-1]["dev"], "curve": s["curve"],
+                  "new_parameters": self.new_keys}
+        if mc:
+            record["dev_mc"] = evaluate(self.model, self.data, self.runtime, self.cfg.train.eval_batch_size, mc)
+            record["mc_samples"] = mc
+        return record
+
+
+def summarise(values: List[float]) -> dict:
+    values = [float(v) for v in values if v is not None and not math.isnan(v)]
+    return {"mean": float(np.mean(values)) if values else float("nan"),
+            "std": float(np.std(values, ddof=1)) if len(values) > 1 else 0.0, "n": len(values)}
+
+
+def run(cfg: DictConfig, progress: bool = True) -> dict:
+    """Fine-tune ``cfg.seeds`` seeds (reusing finished ones) and write ``results.json``; the record."""
+    runtime = Runtime.create(cfg.device, cfg.train.precision, threads=cfg.train.num_threads)
+    model_dir = resolve_model(str(cfg.model))
+    data = GlueData.load(cfg, model_dir)
+    out_dir = default_out_dir(cfg)
+    config_path = out_dir / "config.json"
+    if config_path.exists():
+        check_resumable(json.loads(config_path.read_text(encoding="utf-8")), to_dict(cfg), RESUMABLE_KEYS, out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(config_path, to_dict(cfg))
+    label = cfg.attention.name + (f" ({cfg.preset})" if cfg.preset else "")
+    seeds = list(range(cfg.first_seed, cfg.first_seed + cfg.seeds))
+    console.say(f"{data.spec.name} {label}: {len(data.train)} training and {len(data.dev)} dev examples, "
+                f"{model_dir.name}, on {runtime.device}")
+    per_seed = []
+    for seed in seeds:
+        done = out_dir / f"seed{seed}.json"
+        if done.exists():
+            per_seed.append(json.loads(done.read_text(encoding="utf-8")))
+            console.say(f"seed {seed}: done before ({_scores(per_seed[-1]['dev'])})")
+            continue
+        seed_run = SeedRun(cfg, data, model_dir, seed, out_dir, runtime)
+        bar = console.progress(desc=f"seed {seed} update", bound=seed_run.total, enabled=progress,
+                               initial=seed_run.state["step"], unit="update")
+        with bar, MetricsLogger(seed_run.dir) as logger:
+            seed_run.run(bar, logger)
+        record = seed_run.result()
+        atomic_write_json(done, record)
+        per_seed.append(record)
+        console.say(f"seed {seed}: dev {_scores(record['dev'])}, {record['train_seconds']:.0f} s")
+    summary = {"dev": {m: summarise([r["dev"][m] for r in per_seed]) for m in per_seed[0]["dev"]}}
+    if "dev_mc" in per_seed[0]:
+        summary["dev_mc"] = {m: summarise([r["dev_mc"][m] for r in per_seed]) for m in per_seed[0]["dev_mc"]}
+    record = results_record(to_dict(cfg), task=data.spec.name, model=str(model_dir), normalizer=cfg.attention.name,
+                            preset=cfg.preset, label=label, main_metric=data.spec.main_metric, seeds=seeds,
+                            examples={"train": len(data.train), "dev": len(data.dev)}, runtime=runtime.describe(),
+                            **summary, train_seconds={"per_seed": [r["train_seconds"] for r in per_seed],
+                                                      "total": sum(r["train_seconds"] for r in per_seed)},
+                            per_seed=per_seed)
+    atomic_write_json(out_dir / "results.json", record)
+    return record
+
+
+def _scores(metrics: Dict[str, float]) -> str:
+    return ", ".join(f"{name} {value:.2f}" for name, value in metrics.items())
