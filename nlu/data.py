@@ -16,7 +16,7 @@ import os
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, List, Optional, Tuple, Union
+from typing import Iterator, List, Optional, Union
 
 from .tasks import SCORE_RANGE, TaskSpec, get_task
 
