@@ -122,8 +122,9 @@ def bam_memory_main(name: str, length: int, batch: int, dtype: str, device: str,
     print(json.dumps({"peak_mb": peak}))
 
 
-def bam_sweep(args) -> list:
-    """Rows of section 3: BAM block vs softmax block (SDPA), time and peak memory."""
+def bam_sweep(args, on_row=None) -> list:
+    """Rows of section 3: BAM block vs softmax block (SDPA), time and peak memory; ``on_row(rows)`` after each
+    row (the caller writes its JSON then, so that a run cut short by a time box keeps the rows measured)."""
     rows, padded = [], args.padding == "random"
     for dtype in args.dtypes:
         for length in args.lengths:
@@ -153,6 +154,8 @@ def bam_sweep(args) -> list:
                 print(f"{variant} {dtype} L={length:5d} B={batch:3d}  sdpa {row['sdpa_ms']:9.2f} ms  bam "
                       f"{row['bam_ms']:9.2f} ms  x{ratio:.2f}  (materialised x{row.get('materialised_time_ratio')})  "
                       f"peak {row['sdpa_peak_mb']:.1f} / {row['bam_peak_mb']:.1f} MB", flush=True)
+                if on_row is not None:
+                    on_row(rows)
     return rows
 
 
@@ -224,7 +227,9 @@ def main() -> None:
         report = {"environment": environment(args.threads), "device": args.device,
                   "pass": "forward+backward, training mode, KL collected",
                   "ratio": "median over calls of bam_time / sdpa_time, adjacent calls in ABBA order",
-                  "clock": args.clock, "bam_vs_sdpa": bam_sweep(args)}
+                  "clock": args.clock, "bam_vs_sdpa": []}
+        write_json("block_bam", report)  # (rewritten after every row)
+        report["bam_vs_sdpa"] = bam_sweep(args, lambda rows: write_json("block_bam", report | {"bam_vs_sdpa": rows}))
         print("wrote", write_json("block_bam", report))
         return
     batch, lengths = (4, (32, 64)) if args.quick else (32, (128, 512))
