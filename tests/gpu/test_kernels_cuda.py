@@ -70,6 +70,15 @@ def test_trimmed_span_equals_full_path_on_cuda():
     Padding queries are left out: where a query's span reaches only a few real keys, the span's
     renormalisation ``m w / (sum m w + 1e-8)`` differs between the paths by far more than rounding (the full
     path's softmax spreads over all real keys), on the CPU in float64 too."""
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False  # an earlier test's Runtime may have turned TF32 on (H100: 8e-4 off)
+    try:
+        _compare_trimmed_and_full_span_on_cuda()
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+
+
+def _compare_trimmed_and_full_span_on_cuda():
     g = torch.Generator(device="cuda").manual_seed(0)
     attend = Attend(8, 64, {"span": {"max_span": 64, "ramp": 8, "init": 0.37}}).cuda()
     q, k, v = (torch.randn(2, 8, 1024, 64, device="cuda", generator=g).requires_grad_() for _ in range(3))
