@@ -40,9 +40,13 @@ CLIS = {
     "tagging.train": "train.batch_size=abc",
     "tagging.evaluate": None,
     "scripts/reproduce_pos_table.py": None,
+    "nlu.train": "optim.lr=abc",
+    "nlu.pretrained": None,
+    "scripts/reproduce_glue_table.py": None,
 }
 MODEL_MODULES += ("vqa.mcan", "vqa.lxmert.model", "vqa.lxmert.adapt")
 MODEL_MODULES += ("captioning.models", "tagging.model", "tagging.data", "tagging.training")
+MODEL_MODULES += ("nlu.model", "nlu.training", "common.attention.surgery")
 #: The work modules the train CLIs import once their config has been checked.
 MODEL_MODULES += ("graphattn.training", "mt.training", "captioning.training", "vqa.training", "vqa.lxmert.training")
 

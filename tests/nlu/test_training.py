@@ -1,0 +1,319 @@
+"""``nlu.train`` / ``nlu.training.run`` end to end on a tiny random BERT saved locally (no network): it overfits
+16 real RTE pairs with softmax, BAM-WC and entmax; Ctrl-C and a rerun give the uninterrupted results; finished
+seeds are reused and a changed config is refused; the CLI's one-line errors; ``--preset official`` and what
+``kl.detach`` does to the prior network's gradient.
+
+The checkpoint (``save_pretrained``): a BertTokenizer over a whole-word vocabulary of the 16 pairs and a
+``BertForSequenceClassification`` of 2 layers, width 32, 4 heads. The 16 pairs are the first of the real RTE
+train file, written back in the official layout as both train.tsv and dev.tsv (dev accuracy = train accuracy).
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import List, Sequence
+
+import pytest
+import torch
+
+from common.utils.checkpoint import Checkpointer
+from common.utils.logger import read_metrics
+
+from nlu import train, training
+from nlu.config import load_config
+from nlu.data import read_split
+
+PAIRS = 16
+PER_EPOCH = 2  # 16 pairs in batches of 8
+#: Settings under which the tiny model reaches 100% on the 16 pairs by epoch 8-10 (seeds 0-2, every normalizer).
+OVERFIT = ("train.epochs=16", "optim.lr=5e-3", "optim.warmup_ratio=0", "train.checkpoint_every=1000")
+
+
+def write_tiny_bert(directory: Path, texts: Sequence[str], seed: int = 0) -> Path:
+    """A random 2-layer BERT classifier and a whole-word tokenizer of ``texts``, saved as a HF checkpoint."""
+    from tokenizers.pre_tokenizers import BertPreTokenizer
+    from transformers import BertConfig, BertForSequenceClassification, BertTokenizer
+
+    pre = BertPreTokenizer()
+    words = sorted({word for text in texts for word, _ in pre.pre_tokenize_str(text.lower())})
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]
+    directory.mkdir(parents=True)
+    BertTokenizer(vocab={word: i for i, word in enumerate(vocab)}).save_pretrained(directory)
+    torch.manual_seed(seed)
+    config = BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                        intermediate_size=64, max_position_embeddings=128)  # dropout 0.1, attention's too
+    BertForSequenceClassification(config).save_pretrained(directory)
+    return directory
+
+
+def write_rte(directory: Path, rows: List[tuple], splits=("train", "dev")) -> None:
+    """``rows`` of (sentence1, sentence2, label) as the official RTE files (index, sentence1, sentence2, label)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    lines = ["index\tsentence1\tsentence2\tlabel", *(f"{i}\t{a}\t{b}\t{label}" for i, (a, b, label) in enumerate(rows))]
+    for split in splits:
+        (directory / f"{split}.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def rte16(tmp_path_factory, attn_data_root):
+    """(model directory, data root holding glue/RTE/) for the first 16 real RTE training pairs."""
+    split = read_split("RTE", "train", attn_data_root)
+    labels = ("entailment", "not_entailment")
+    rows = [(a, b, labels[y]) for a, b, y in zip(split.text_a[:PAIRS], split.text_b[:PAIRS], split.labels[:PAIRS])]
+    root = tmp_path_factory.mktemp("rte16")
+    write_rte(root / "data" / "glue" / "RTE", rows)
+    threads = torch.get_num_threads()
+    model = write_tiny_bert(root / "tiny-bert", [text for a, b, _ in rows for text in (a, b)])
+    torch.set_num_threads(threads)
+    return model, root / "data"
+
+
+@pytest.fixture(scope="module")
+def toy_bert(tmp_path_factory) -> Path:
+    """A tiny checkpoint that needs no data (for the errors raised after the model is loaded)."""
+    return write_tiny_bert(tmp_path_factory.mktemp("toy") / "tiny-bert", ["a man is eating .", "nobody eats ."])
+
+
+def settings(model: Path, data_root: Path, out: Path, *extra: str) -> List[str]:
+    return ["task=RTE", f"model={model}", f"data_root={data_root}", f"out_dir={out}", "device=cpu",
+            "train.num_threads=1", "train.batch_size=8", *extra]
+
+
+def run(overrides: List[str], preset=None) -> dict:
+    """``training.run`` with one torch thread, the caller's thread count restored afterwards."""
+    threads = torch.get_num_threads()
+    try:
+        return training.run(load_config(overrides, preset=preset), progress=False)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def cli(*args: str) -> int:
+    threads = torch.get_num_threads()
+    try:
+        return train.main([*args, "--threads", "1", "--device", "cpu", "--no-progress"])
+    finally:
+        torch.set_num_threads(threads)
+
+
+def without_time(record: dict) -> dict:
+    return {k: v for k, v in record.items() if k != "train_seconds"}
+
+
+# --------------------------------------------------------------------------------------------- overfitting ----
+@pytest.mark.realdata
+@pytest.mark.parametrize("normalizer", ["softmax", "bam-wc", "entmax"])
+def test_a_tiny_random_bert_overfits_16_real_rte_pairs(rte16, tmp_path, capsys, normalizer):
+    model, data_root = rte16
+    out = tmp_path / "run"
+    code = cli("--task", "rte", "--model", str(model), "--data-root", str(data_root), "--out", str(out),
+               "--attention", normalizer, "train.batch_size=8", *OVERFIT)
+    assert code == 0, capsys.readouterr().err
+    results = json.loads((out / "results.json").read_text())
+    assert results["task"] == "RTE" and results["seeds"] == [0] and results["normalizer"] == normalizer
+    assert results["examples"] == {"train": PAIRS, "dev": PAIRS}
+    assert results["dev"]["accuracy"] == {"mean": 100.0, "std": 0.0, "n": 1}, results["per_seed"][0]["curve"]
+    (seed,) = results["per_seed"]
+    assert (seed["updates"], seed["updates_per_epoch"]) == (16 * PER_EPOCH, PER_EPOCH)
+    assert [(p["epoch"], p["step"]) for p in seed["curve"]] == [(e, e * PER_EPOCH) for e in range(1, 17)]
+    assert seed["dev"] == seed["curve"][-1]["dev"] and (out / "seed0.json").exists()
+    assert json.loads((out / "config.json").read_text())["attention"]["name"] == normalizer
+    assert capsys.readouterr().out.startswith(f"RTE {normalizer}: dev accuracy 100.00 +- 0.00 over 1 seeds")
+    kl = [r["train/kl"] for r in read_metrics(out / "seed0" / "metrics.jsonl", "train/kl")]
+    assert len(kl) == 3  # updates 10, 20 and 30
+    assert all(v > 0 for v in kl) if normalizer == "bam-wc" else kl == [0.0] * 3
+    dev = read_metrics(out / "seed0" / "metrics.jsonl", "dev/accuracy")
+    assert [(r["step"], r["epoch"]) for r in dev] == [(e * PER_EPOCH, e) for e in range(1, 17)]
+
+
+# ------------------------------------------------------------------------------------------------- resume ----
+RESUME = ("attention.name=bam-wc", "train.epochs=3", "optim.lr=5e-3")  # BAM-WC samples: the RNG must be restored
+
+
+@pytest.fixture(scope="module")
+def straight(rte16, tmp_path_factory):
+    """An uninterrupted BAM-WC run checkpointing every update: (run directory, record)."""
+    model, data_root = rte16
+    out = tmp_path_factory.mktemp("straight") / "run"
+    return out, run(settings(model, data_root, out, *RESUME, "train.checkpoint_every=1"))
+
+
+def final_state(out: Path) -> dict:
+    (path,) = Checkpointer(out / "seed0").paths()  # the newest step only
+    return torch.load(path, weights_only=False)
+
+
+@pytest.mark.realdata
+@pytest.mark.parametrize("interrupt_at, how, saved_step", [
+    (3, "sigint", 3),  # a Ctrl-C during the middle update of the run: that update ends, then it is saved
+    (2, "sigint", 2),  # during epoch 1's last update: the rerun starts with epoch 1's dev evaluation
+    (5, "raise", 4),   # KeyboardInterrupt from the first update of epoch 3: update 4 (epoch 2 evaluated) is saved
+])
+def test_ctrl_c_and_a_rerun_give_the_uninterrupted_results(rte16, straight, tmp_path, monkeypatch, ctrl_c_on_call,
+                                                           interrupt_at, how, saved_step):
+    model, data_root = rte16
+    reference_dir, reference = straight
+    out = tmp_path / "run"
+    # no periodic checkpoint: the only mid-epoch one is written by the interruption
+    overrides = settings(model, data_root, out, *RESUME, "train.checkpoint_every=1000")
+    original = training.SeedRun.train_step
+    if how == "sigint":
+        restore = ctrl_c_on_call(training.SeedRun, "train_step", interrupt_at)
+    else:
+        calls = []
+
+        def interrupted(self, indices):
+            calls.append(1)
+            if len(calls) == interrupt_at:
+                raise KeyboardInterrupt
+            return original(self, indices)
+
+        monkeypatch.setattr(training.SeedRun, "train_step", interrupted)
+        restore = lambda: monkeypatch.setattr(training.SeedRun, "train_step", original)  # noqa: E731
+    with pytest.raises(KeyboardInterrupt):
+        run(overrides)
+    restore()
+    saved = final_state(out)
+    assert saved["step"] == saved_step and saved["extra"]["step"] == saved_step
+    epoch = saved_step // PER_EPOCH if how == "raise" else (saved_step - 1) // PER_EPOCH
+    assert (saved["extra"]["epoch"], saved["extra"]["batch"]) == (epoch, saved_step - PER_EPOCH * epoch)
+    assert len(saved["extra"]["curve"]) == epoch  # the dev evaluations of the finished epochs
+    assert not (out / "seed0.json").exists() and not (out / "results.json").exists()
+
+    record = run(overrides)
+    assert record["dev"] == reference["dev"]
+    assert [without_time(r) for r in record["per_seed"]] == [without_time(r) for r in reference["per_seed"]]
+    state, reference_state = final_state(out), final_state(reference_dir)
+    assert state["step"] == reference_state["step"] == 3 * PER_EPOCH
+    assert state["extra"]["loss"] == reference_state["extra"]["loss"]
+    assert state["extra"]["kl"] == reference_state["extra"]["kl"] > 0
+    for name, value in reference_state["model"].items():
+        assert torch.equal(state["model"][name], value), name
+
+
+@pytest.mark.realdata
+def test_a_finished_seed_is_reused_and_resumable_keys_may_change(rte16, straight, tmp_path, monkeypatch):
+    model, data_root = rte16
+    reference_dir, reference = straight
+    shutil.copytree(reference_dir, tmp_path / "run")
+
+    def retrain(*args, **kwargs):
+        raise AssertionError("a finished seed was trained again")
+
+    monkeypatch.setattr(training.SeedRun, "__init__", retrain)
+    record = run(settings(model, data_root, tmp_path / "run", *RESUME, "train.checkpoint_every=7",
+                          "train.eval_batch_size=3"))
+    assert record["per_seed"] == reference["per_seed"] and record["dev"] == reference["dev"]
+    assert json.loads((tmp_path / "run" / "results.json").read_text()) == json.loads(json.dumps(record))
+
+
+@pytest.mark.realdata
+@pytest.mark.parametrize("change, listed", [("optim.lr=1e-3", "optim.lr: 0.005 -> 0.001"),
+                                            ("attention.name=softmax", "attention.name: 'bam-wc' -> 'softmax'")])
+def test_a_changed_config_refuses_to_resume_and_names_the_key(rte16, straight, tmp_path, capsys, change, listed):
+    model, data_root = rte16
+    reference_dir, _ = straight
+    out = tmp_path / "run"
+    shutil.copytree(reference_dir, out)
+    before = (out / "config.json").read_text()
+    code = cli("--task", "RTE", "--model", str(model), "--data-root", str(data_root), "--out", str(out),
+               "train.batch_size=8", "train.checkpoint_every=1", *RESUME, change)
+    err = capsys.readouterr().err.splitlines()
+    assert code == 2
+    assert err[-1].startswith(f"error: {out} holds a run with a different config ({listed}); choose another output "
+                              f"directory (--out) or delete it")
+    assert [line for line in err if "error" in line] == [err[-1]]
+    assert (out / "config.json").read_text() == before
+
+
+# --------------------------------------------------------------------------------------------- CLI errors ----
+def one_error_line(capsys) -> str:
+    """The CLI's stderr, which must be one line starting with ``error:`` (nothing on stdout)."""
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.count("\n") == 1 and captured.err.startswith("error: "), captured.err
+    return captured.err.rstrip("\n")
+
+
+def test_a_missing_model_directory_exits_2_naming_it_and_the_fetch_command(tmp_path, capsys):
+    missing = tmp_path / "no-such-model"
+    code = cli("--task", "RTE", "--model", str(missing), "--data-root", str(tmp_path), "--out", str(tmp_path / "run"))
+    assert code == 2
+    line = one_error_line(capsys)
+    assert line.startswith(f"error: --model {missing}: no such directory; ")
+    assert "`python -m nlu.pretrained fetch`" in line
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_bad_tsv_row_exits_2_naming_the_file_and_the_line(toy_bert, tmp_path, capsys):
+    rte = tmp_path / "glue" / "RTE"
+    write_rte(rte, [("A man is eating.", "Nobody eats.", "not_entailment")] * 4)
+    lines = (rte / "train.tsv").read_text().splitlines()
+    lines[3] = "2\tA man is eating.\tnot_entailment"  # line 4: three columns
+    (rte / "train.tsv").write_text("\n".join(lines) + "\n")
+    code = cli("--task", "RTE", "--model", str(toy_bert), "--data-root", str(tmp_path), "--out", str(tmp_path / "run"))
+    assert code == 2
+    assert one_error_line(capsys).startswith(f"error: {rte / 'train.tsv'}:4: row: expected 4 tab-separated columns "
+                                             f"for RTE train, got 3; ")
+    assert not (tmp_path / "run").exists()
+
+
+def test_an_unknown_task_exits_2(tmp_path, capsys):
+    code = cli("--task", "NoSuch", "--out", str(tmp_path / "run"))
+    assert code == 2
+    assert one_error_line(capsys) == ("error: unknown GLUE task 'NoSuch'; use one of CoLA, MRPC, RTE, STS-B, SST-2, "
+                                      "WNLI (case-insensitive)")
+    assert not (tmp_path / "run").exists()
+
+
+def test_an_unknown_preset_exits_2(tmp_path, capsys):
+    with pytest.raises(SystemExit) as done:
+        cli("--preset", "nosuch", "--out", str(tmp_path / "run"))
+    assert done.value.code == 2
+    captured = capsys.readouterr()
+    errors = [line for line in captured.err.splitlines() if "error" in line]
+    assert errors == ["python -m nlu.train: error: argument --preset: invalid choice: 'nosuch' (choose from "
+                      "'official')"]
+    assert captured.err.splitlines()[-1] == errors[0] and captured.out == ""
+
+
+# ---------------------------------------------------------------------------------------- official preset ----
+@pytest.mark.realdata
+def test_the_official_preset_is_recorded(rte16, tmp_path, capsys):
+    model, data_root = rte16
+    out = tmp_path / "run"
+    assert cli("--task", "RTE", "--preset", "official", "--model", str(model), "--data-root", str(data_root),
+               "--out", str(out), "train.epochs=1") == 0, capsys.readouterr().err
+    saved = json.loads((out / "config.json").read_text())
+    assert saved["preset"] == "official" and saved["attention"] == {"name": "bam-wc", "options": {"k": 10}}
+    assert saved["kl"]["detach"] is True and saved["kl"]["weight"] == 0.01
+    results = json.loads((out / "results.json").read_text())
+    assert results["preset"] == "official" and results["label"] == "bam-wc (official)"
+
+
+@pytest.mark.realdata
+@pytest.mark.parametrize("detach", [True, False])
+def test_a_detached_kl_gives_the_prior_network_no_gradient(rte16, tmp_path, detach):
+    from common.utils.runtime import Runtime
+
+    model, data_root = rte16
+    cfg = load_config(settings(model, data_root, tmp_path / "run", f"kl.detach={str(detach).lower()}"),
+                      preset="official")
+    threads = torch.get_num_threads()
+    try:
+        runtime = Runtime.create("cpu", threads=1)
+        data = training.GlueData.load(cfg, model)
+        seed_run = training.SeedRun(cfg, data, model, 0, tmp_path / "run", runtime)
+        loss, kl = seed_run.train_step(list(range(8)))
+    finally:
+        torch.set_num_threads(threads)
+    assert kl > 0 and loss > 0
+    prior = {name: p.grad for name, p in seed_run.model.named_parameters() if ".normalizer.prior_net." in name}
+    assert len(prior) == 2 * 4  # 2 layers x (hidden, out) x (weight, bias)
+    if detach:
+        assert all(grad is None or not grad.any() for grad in prior.values())
+    else:
+        assert all(grad is not None for grad in prior.values()) and any(grad.any() for grad in prior.values())
+    query = seed_run.model.bert.encoder.layer[0].attention.self.query.weight.grad
+    assert query is not None and query.any()  # the task loss trains the rest either way
