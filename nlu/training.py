@@ -121,7 +121,9 @@ class SeedRun:
         self.dir = out_dir / f"seed{seed}"
         seed_everything(seed)
         options = {"normalizer": cfg.attention.name, "normalizer_options": dict(cfg.attention.options)}
-        model, self.new_keys = load_classifier(model_dir, data.spec, options)
+        model, missing = load_classifier(model_dir, data.spec, options)
+        added = [name for name, _ in model.named_parameters() if ".attend." in name]  # the normalizer's own
+        self.new_keys = missing + added
         self.model = model.to(runtime.device)
         self.optimizer = torch.optim.AdamW(_parameter_groups(self.model, cfg.optim.weight_decay), lr=cfg.optim.lr)
         check_updates(len(data.train), f"{data.spec.name} has no training example", "check the train split")

@@ -42,6 +42,7 @@ CLIS = {
     "scripts/reproduce_pos_table.py": None,
     "nlu.train": "optim.lr=abc",
     "nlu.pretrained": None,
+    "nlu.evaluate": None,
     "scripts/reproduce_glue_table.py": None,
 }
 MODEL_MODULES += ("vqa.mcan", "vqa.lxmert.model", "vqa.lxmert.adapt")
