@@ -72,12 +72,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except FileNotFoundError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    import numpy as np
     import torch
     from omegaconf import OmegaConf
 
     from common.utils import atomic_write_json, default_data_root, results_record
     from common.utils.cli import runtime_from
+    from common.utils.runs import mean_std
 
     from .data import read_split
     from .metrics import compute_metrics
@@ -111,10 +111,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except RUN_ERRORS as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    summary = {} if args.split == "test" else {
-        m: {"mean": float(np.mean([r[m] for r in per_seed])),
-            "std": float(np.std([r[m] for r in per_seed], ddof=1)) if len(per_seed) > 1 else 0.0}
-        for m in spec.metrics}
+    summary = {} if args.split == "test" else {m: mean_std([r[m] for r in per_seed]) for m in spec.metrics}
     out = atomic_write_json(run / f"evaluation-{args.split}.json",
                             results_record({"split": args.split, "mc_samples": args.mc_samples}, task=spec.name,
                                            per_seed=per_seed, runtime=runtime.describe(), **summary))

@@ -20,7 +20,6 @@ finished seeds and resumes an unfinished one at its last checkpoint (same batche
 """
 from __future__ import annotations
 
-import json
 import math
 import time
 from contextlib import nullcontext
@@ -36,7 +35,8 @@ from common import attention
 from common.text.batching import bucketed_order, length_sorted_batches
 from common.utils import MetricsLogger, atomic_write_json, console, default_data_root, results_record, seed_everything
 from common.utils.checkpoint import Checkpointer
-from common.utils.config import check_resumable, to_dict
+from common.utils.config import to_dict
+from common.utils.runs import finished_seed, mean_std, open_run_dir
 from common.utils.runtime import DeviceError, Runtime
 from common.utils.updates import check_updates
 
@@ -219,33 +219,22 @@ class SeedRun:
         return record
 
 
-def summarise(values: List[float]) -> dict:
-    values = [float(v) for v in values if v is not None and not math.isnan(v)]
-    return {"mean": float(np.mean(values)) if values else float("nan"),
-            "std": float(np.std(values, ddof=1)) if len(values) > 1 else 0.0, "n": len(values)}
-
-
 def run(cfg: DictConfig, progress: bool = True) -> dict:
     """Fine-tune ``cfg.seeds`` seeds (reusing finished ones) and write ``results.json``; the record."""
     runtime = Runtime.create(cfg.device, cfg.train.precision, threads=cfg.train.num_threads)
     model_dir = resolve_model(str(cfg.model))
     data = GlueData.load(cfg, model_dir)
-    out_dir = default_out_dir(cfg)
-    config_path = out_dir / "config.json"
-    if config_path.exists():
-        check_resumable(json.loads(config_path.read_text(encoding="utf-8")), to_dict(cfg), RESUMABLE_KEYS, out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(config_path, to_dict(cfg))
+    out_dir = open_run_dir(default_out_dir(cfg), to_dict(cfg), RESUMABLE_KEYS)
     label = cfg.attention.name + (f" ({cfg.preset})" if cfg.preset else "")
     seeds = list(range(cfg.first_seed, cfg.first_seed + cfg.seeds))
     console.say(f"{data.spec.name} {label}: {len(data.train)} training and {len(data.dev)} dev examples, "
                 f"{model_dir.name}, on {runtime.device}")
     per_seed = []
     for seed in seeds:
-        done = out_dir / f"seed{seed}.json"
-        if done.exists():
-            per_seed.append(json.loads(done.read_text(encoding="utf-8")))
-            console.say(f"seed {seed}: done before ({_scores(per_seed[-1]['dev'])})")
+        record = finished_seed(out_dir, seed)
+        if record is not None:
+            per_seed.append(record)
+            console.say(f"seed {seed}: done before ({_scores(record['dev'])})")
             continue
         seed_run = SeedRun(cfg, data, model_dir, seed, out_dir, runtime)
         bar = console.progress(desc=f"seed {seed} update", bound=seed_run.total, enabled=progress,
@@ -253,12 +242,12 @@ def run(cfg: DictConfig, progress: bool = True) -> dict:
         with bar, MetricsLogger(seed_run.dir) as logger:
             seed_run.run(bar, logger)
         record = seed_run.result()
-        atomic_write_json(done, record)
+        atomic_write_json(out_dir / f"seed{seed}.json", record)
         per_seed.append(record)
         console.say(f"seed {seed}: dev {_scores(record['dev'])}, {record['train_seconds']:.0f} s")
-    summary = {"dev": {m: summarise([r["dev"][m] for r in per_seed]) for m in per_seed[0]["dev"]}}
+    summary = {"dev": {m: mean_std([r["dev"][m] for r in per_seed]) for m in per_seed[0]["dev"]}}
     if "dev_mc" in per_seed[0]:
-        summary["dev_mc"] = {m: summarise([r["dev_mc"][m] for r in per_seed]) for m in per_seed[0]["dev_mc"]}
+        summary["dev_mc"] = {m: mean_std([r["dev_mc"][m] for r in per_seed]) for m in per_seed[0]["dev_mc"]}
     record = results_record(to_dict(cfg), task=data.spec.name, model=str(model_dir), normalizer=cfg.attention.name,
                             preset=cfg.preset, label=label, main_metric=data.spec.main_metric, seeds=seeds,
                             examples={"train": len(data.train), "dev": len(data.dev)}, runtime=runtime.describe(),

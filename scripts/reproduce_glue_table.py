@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from common.utils.grid import Cell, run_cells  # noqa: E402
+from common.utils.runs import mean_std  # noqa: E402
 from nlu.tasks import TASKS, get_task  # noqa: E402
 
 #: The rows and the options each trains with.
@@ -86,13 +87,6 @@ def load_results(out: Path) -> Dict[str, Dict[str, Dict[int, dict]]]:
     return found
 
 
-def _stats(values: List[float]) -> dict:
-    import numpy as np
-
-    return {"mean": float(np.mean(values)), "std": float(np.std(values, ddof=1)) if len(values) > 1 else 0.0,
-            "n": len(values)}
-
-
 def build_table(found) -> dict:
     """Per task and row: each metric's statistics; for BAM rows the paired difference to softmax."""
     from common.metrics.paired import paired_t
@@ -102,9 +96,9 @@ def build_table(found) -> dict:
         spec = get_task(task)
         table[task] = {"main_metric": spec.main_metric, "paper_albert": PAPER.get(task), "rows": {}}
         for row, seeds in rows.items():
-            entry = {m: _stats([seeds[s]["dev"][m] for s in sorted(seeds)]) for m in spec.metrics}
+            entry = {m: mean_std([seeds[s]["dev"][m] for s in sorted(seeds)]) for m in spec.metrics}
             entry["seeds"] = sorted(seeds)
-            entry["train_seconds_mean"] = _stats([r["train_seconds"] for r in seeds.values()])["mean"]
+            entry["train_seconds_mean"] = mean_std([r["train_seconds"] for r in seeds.values()])["mean"]
             base = rows.get("softmax", {})
             shared = sorted(set(seeds) & set(base))
             if row != "softmax" and len(shared) >= 2:

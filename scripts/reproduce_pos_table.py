@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from common.utils.grid import Cell, run_cells  # noqa: E402
+from common.utils.runs import mean_std  # noqa: E402
 from tagging.config import PAPER_TREEBANKS, VARIANT_NAMES  # noqa: E402
 
 #: A published reference of the same kind beside ours: UPOS accuracy (%) of UDPipe 1.2 with gold tokenisation on the
@@ -93,15 +94,6 @@ def load_results(out: Path) -> Dict[str, Dict[str, dict]]:
     return found
 
 
-def _stats(values: List[float]) -> dict:
-    """Mean, sample std (ddof=1; 0 for one value) and n of the values that are not None."""
-    import numpy as np
-
-    values = [v for v in values if v is not None]
-    return {"mean": float(np.mean(values)), "std": float(np.std(values, ddof=1)) if len(values) > 1 else 0.0,
-            "n": len(values)}
-
-
 def build_table(found: Dict[str, Dict[str, dict]]) -> dict:
     """Per-row statistics; paired differences to ``pe-add`` over the (treebank, seed) pairs both have."""
     from common.metrics.paired import paired_t
@@ -111,13 +103,13 @@ def build_table(found: Dict[str, Dict[str, dict]]) -> dict:
     for row, by_tb in found.items():
         runs = [r for res in by_tb.values() for r in res["per_seed"]]
         entry = {"label": next(iter(by_tb.values()))["label"], "treebanks": len(by_tb), "runs": len(runs),
-                 "per_treebank": {tb: _stats([r["test"]["all"] for r in res["per_seed"]])
+                 "per_treebank": {tb: mean_std([r["test"]["all"] for r in res["per_seed"]])
                                   for tb, res in sorted(by_tb.items())}}
         for metric in ("all", "oov", "ambiguous"):
-            entry[f"macro_{metric}"] = _stats([_stats([r["test"][metric] for r in res["per_seed"]])["mean"]
+            entry[f"macro_{metric}"] = mean_std([mean_std([r["test"][metric] for r in res["per_seed"]])["mean"]
                                                for res in by_tb.values()])
         for key in ("dev_acc_after_1_epoch", "updates_to_99pct", "epochs", "train_seconds"):
-            entry[key] = _stats([r[key] for r in runs])
+            entry[key] = mean_std([r[key] for r in runs])
         if row != "pe-add":
             pairs = [(b, r) for tb, res in by_tb.items() if tb in base
                      for r in res["per_seed"] for b in base[tb]["per_seed"] if b["seed"] == r["seed"]]

@@ -17,14 +17,11 @@ command reuses finished seeds and resumes an unfinished one exactly where it sto
 """
 from __future__ import annotations
 
-import json
-import math
 import time
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Dict, List, Optional
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from omegaconf import DictConfig
@@ -33,7 +30,8 @@ from common import attention
 from common.utils import (MetricsLogger, atomic_save, atomic_write_json, console, default_data_root, results_record,
                           seed_everything)
 from common.utils.checkpoint import Checkpointer
-from common.utils.config import check_resumable, to_dict
+from common.utils.config import to_dict
+from common.utils.runs import finished_seed, mean_std, open_run_dir
 from common.utils.runtime import DeviceError, Runtime
 from common.utils.updates import check_updates
 
@@ -213,34 +211,23 @@ class SeedRun:
                 "updates_to_99pct": updates_to_reach(s["curve"]), "curve": s["curve"], "mc_samples": mc}
 
 
-def summarise(values: List[float]) -> dict:
-    values = [float(v) for v in values if v is not None and not math.isnan(v)]
-    return {"mean": float(np.mean(values)) if values else float("nan"),
-            "std": float(np.std(values, ddof=1)) if len(values) > 1 else 0.0, "n": len(values)}
-
-
 def run(cfg: DictConfig, progress: bool = True) -> dict:
     """Train ``cfg.seeds`` seeds (reusing finished ones), write ``results.json`` and the curves; the record."""
     runtime = Runtime.create(cfg.device, cfg.train.precision, threads=cfg.train.num_threads)
     data_root = default_data_root(cfg.data_root)
     treebank = load_treebank(data_root, cfg.treebank, cfg.data.max_len, cfg.data.max_word_chars,
                              cfg.data.vocab_fraction)
-    out_dir = default_out_dir(cfg)
-    config_path = out_dir / "config.json"
-    if config_path.exists():
-        check_resumable(json.loads(config_path.read_text(encoding="utf-8")), to_dict(cfg), RESUMABLE_KEYS, out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(config_path, to_dict(cfg))
+    out_dir = open_run_dir(default_out_dir(cfg), to_dict(cfg), RESUMABLE_KEYS)
     label = variant_label(cfg.variant, cfg.attention.name)
     seeds = list(range(cfg.first_seed, cfg.first_seed + cfg.seeds))
     console.say(f"{treebank.name} {label}: {len(treebank.chunks['train'])} training chunks, "
                 f"{len(treebank.vocab.words)} words, {len(treebank.vocab.chars)} characters, on {runtime.device}")
     per_seed = []
     for seed in seeds:
-        done = out_dir / f"seed{seed}.json"
-        if done.exists():
-            per_seed.append(json.loads(done.read_text(encoding="utf-8")))
-            console.say(f"seed {seed}: done before (test accuracy {per_seed[-1]['test']['all']:.2f})")
+        record = finished_seed(out_dir, seed)
+        if record is not None:
+            per_seed.append(record)
+            console.say(f"seed {seed}: done before (test accuracy {record['test']['all']:.2f})")
             continue
         seed_run = SeedRun(cfg, treebank, seed, out_dir, runtime)
         s = seed_run.state
@@ -249,18 +236,18 @@ def run(cfg: DictConfig, progress: bool = True) -> dict:
         with bar, MetricsLogger(seed_run.dir) as logger:
             seed_run.run(bar, logger)
         record = seed_run.result()
-        atomic_write_json(done, record)
+        atomic_write_json(out_dir / f"seed{seed}.json", record)
         per_seed.append(record)
         console.say(f"seed {seed}: test accuracy {record['test']['all']:.2f} (OOV {record['test']['oov']:.2f}, "
                     f"ambiguous {record['test']['ambiguous']:.2f}), best epoch {record['best_epoch']} of "
                     f"{record['epochs']}, {record['train_seconds']:.0f} s")
-    summary = {split: {metric: summarise([r[split][metric] for r in per_seed]) for metric in per_seed[0][split]}
+    summary = {split: {metric: mean_std([r[split][metric] for r in per_seed]) for metric in per_seed[0][split]}
                for split in ("dev", "test")}
     record = results_record(to_dict(cfg), treebank=treebank.name, variant=cfg.variant, label=label,
                             normalizer=cfg.attention.name, seeds=seeds, counts=treebank.counts(),
                             runtime=runtime.describe(), **summary,
-                            dev_acc_after_1_epoch=summarise([r["dev_acc_after_1_epoch"] for r in per_seed]),
-                            updates_to_99pct=summarise([r["updates_to_99pct"] for r in per_seed]),
+                            dev_acc_after_1_epoch=mean_std([r["dev_acc_after_1_epoch"] for r in per_seed]),
+                            updates_to_99pct=mean_std([r["updates_to_99pct"] for r in per_seed]),
                             train_seconds={"per_seed": [r["train_seconds"] for r in per_seed],
                                            "total": sum(r["train_seconds"] for r in per_seed)},
                             per_seed=per_seed)
