@@ -163,3 +163,17 @@ def test_swapping_again_reconfigures_and_output_attentions_returns_the_weights()
 def test_a_model_without_supported_attention_is_refused_with_the_list():
     with pytest.raises(ValueError, match="no supported attention module; supported: .*BertSelfAttention"):
         swap_attention(torch.nn.Sequential(torch.nn.Linear(4, 4)), "bam-wc")
+
+
+def test_map_operators_work_inside_a_hugging_face_model():
+    torch.manual_seed(0)
+    model = _bert()
+    swap_attention(model, {"normalizer": "softmax", "span": {"max_span": 3, "ramp": 2, "init": 0.5, "loss_coef": 0.1}})
+    with aux_losses() as aux:
+        model(**_inputs("bert")).logits.sum().backward()
+    assert len(aux) == 2  # the span penalty of each layer
+    z = [m.attend.span.z for _, m in swapped_attention(model)]
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in z)
+    weights = model.eval()(**_inputs("bert"), output_attentions=True).attentions[0]
+    distance = (torch.arange(9)[:, None] - torch.arange(9)[None, :]).abs()
+    assert torch.all(weights[0][:, distance >= 0.5 * 3 + 2] == 0)  # beyond span + ramp: exact zeros
