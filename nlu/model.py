@@ -45,13 +45,16 @@ def load_classifier(model_dir: Path, task: TaskSpec, attention: Optional[Mapping
     from transformers import AutoModelForSequenceClassification
     from transformers.utils import logging
 
-    verbosity = logging.get_verbosity()
+    verbosity, bars = logging.get_verbosity(), logging.is_progress_bar_enabled()
     logging.set_verbosity_error()  # the head is new by design; the caller reports it in one line, not a table
+    logging.disable_progress_bar()  # a bar per load would interleave with the run's own progress lines
     try:
         model, info = AutoModelForSequenceClassification.from_pretrained(
             model_dir, num_labels=task.num_labels, output_loading_info=True)
     finally:
         logging.set_verbosity(verbosity)
+        if bars:
+            logging.enable_progress_bar()
     if attention is not None:
         swap_attention(model, dict(attention))
     return model, sorted(info["missing_keys"])
