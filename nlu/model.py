@@ -49,15 +49,15 @@ def load_classifier(model_dir: Path, task: TaskSpec, attention: Optional[Mapping
     logging.set_verbosity_error()  # the head is new by design; the caller reports it in one line, not a table
     logging.disable_progress_bar()  # a bar per load would interleave with the run's own progress lines
     try:
-        model, info = AutoModelForSequenceClassification.from_pretrained(
-            model_dir, num_labels=task.num_labels, output_loading_info=True)
+        model, info = AutoModelForSequenceClassification.from_pretrained(  # a head of another size is new too
+            model_dir, num_labels=task.num_labels, output_loading_info=True, ignore_mismatched_sizes=True)
     finally:
         logging.set_verbosity(verbosity)
         if bars:
             logging.enable_progress_bar()
     if attention is not None:
         swap_attention(model, dict(attention))
-    return model, sorted(info["missing_keys"])
+    return model, sorted({*info["missing_keys"], *(key for key, *_ in info["mismatched_keys"])})
 
 
 def encode(tokenizer, split: GlueSplit, max_length: int) -> Encoded:
