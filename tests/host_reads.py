@@ -140,11 +140,12 @@ def meta_as_gpu(monkeypatch):
                 and kernels.triton_available() and (behind_op or not torch.compiler.is_compiling()))
 
     replacements = {"use_triton": use_triton, "launch": lambda *a, **k: None, "precompile": lambda *a, **k: None}
-    for module in list(sys.modules.values()):
+    originals = {attr: getattr(kernels, attr) for attr in replacements}  # before kernels' own names are replaced,
+    for module in list(sys.modules.values()):                            # whatever the modules' import order
         name = getattr(module, "__name__", "") or ""
         if name.startswith("common.attention"):
             for attr, fn in replacements.items():
-                if getattr(module, attr, None) is getattr(kernels, attr):
+                if getattr(module, attr, None) is originals[attr]:
                     monkeypatch.setattr(module, attr, fn)
     # the custom operators run their real implementations (the Triton wrappers), not their fake ones
     from common.attention import dense_bam, entmax
