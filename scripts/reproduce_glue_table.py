@@ -83,7 +83,8 @@ def load_results(out: Path) -> Dict[str, Dict[str, Dict[int, dict]]]:
     for path in sorted(out.glob("*/*/seed*/results.json")):
         record = json.loads(path.read_text(encoding="utf-8"))
         for seed_record in record["per_seed"]:
-            found[record["task"]][path.parent.parent.name][seed_record["seed"]] = seed_record
+            found[record["task"]][path.parent.parent.name][seed_record["seed"]] = {**seed_record,
+                                                                                  "model": record["model"]}
     return found
 
 
@@ -95,9 +96,10 @@ def build_table(found) -> dict:
     for task, rows in found.items():
         spec = get_task(task)
         table[task] = {"main_metric": spec.main_metric, "paper_albert": PAPER.get(task), "rows": {}}
-        for row, seeds in rows.items():
+        for row, seeds in sorted(rows.items(), key=lambda item: list(ROWS).index(item[0])):
             entry = {m: mean_std([seeds[s]["dev"][m] for s in sorted(seeds)]) for m in spec.metrics}
             entry["seeds"] = sorted(seeds)
+            entry["encoders"] = sorted({Path(r["model"]).name for r in seeds.values()})
             entry["train_seconds_mean"] = mean_std([r["train_seconds"] for r in seeds.values()])["mean"]
             base = rows.get("softmax", {})
             shared = sorted(set(seeds) & set(base))
@@ -121,11 +123,11 @@ def markdown(table: dict) -> str:
                              for m, d in paired.items()) or "-"
             paper = t["paper_albert"]
             cited = "-" if paper is None else f"{paper[0] if row == 'softmax' else paper[1]:.1f}"
-            lines.append(f"| {task} | {row} | {metrics} | {diff} | {cited} |")
+            lines.append(f"| {task} | {row} ({', '.join(entry['encoders'])}) | {metrics} | {diff} | {cited} |")
     lines += ["", "Dev set, last epoch of 3 (no selection on dev). Paired: the same seeds (data order and head "
                   "initialisation) in both rows; MDD = the smallest true difference detected with power 0.8. The "
                   "paper's column is ALBERT-base, one run per cell (its Table 5); ours is the encoder named in "
-                  "table.json."]
+                  "the row."]
     return "\n".join(lines) + "\n"
 
 
