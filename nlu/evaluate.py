@@ -40,11 +40,13 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 
 def seed_checkpoints(run: Path) -> list[tuple[int, Path]]:
     """``(seed, newest checkpoint)`` of every seed directory of ``run``."""
+    from common.utils.checkpoint import Checkpointer
+
     found = []
-    for directory in run.glob("seed*/checkpoints"):
-        steps = sorted(directory.glob("step_*.pt"), key=lambda p: int(p.stem.split("_")[1]))
-        if steps and directory.parent.name[4:].isdigit():
-            found.append((int(directory.parent.name[4:]), steps[-1]))
+    for directory in run.glob("seed*"):
+        steps = Checkpointer(directory).paths()  # oldest first
+        if steps and directory.name[4:].isdigit():
+            found.append((int(directory.name[4:]), steps[-1]))
     if not found:
         raise FileNotFoundError(f"{run}: no seed<k>/checkpoints/step_<n>.pt; pass an nlu.train output directory")
     return sorted(found)
