@@ -63,7 +63,14 @@ class Counts:
         return {"total": self.total, "operators": sum(self.ops.values()), "launches": sum(self.launches.values()),
                 "forward_operators": sum(self.ops.values()) - self.backward, "backward_operators": self.backward,
                 "by_operator": dict(self.ops.most_common()), "by_kernel": dict(self.launches.most_common()),
-                "by_source": dict(self.sources.most_common())}
+                "by_file": dict(self._by_file().most_common()), "by_source": dict(self.sources.most_common())}
+
+    def _by_file(self) -> collections.Counter:
+        """The sources grouped by file, the backward pass as one."""
+        files = collections.Counter()
+        for source, n in self.sources.items():
+            files["backward" if source.startswith("backward: ") else source.split(":")[0]] += n
+        return files
 
 
 class Dispatches(TorchDispatchMode):
@@ -79,10 +86,9 @@ class Dispatches(TorchDispatchMode):
         kwargs = kwargs or {}
         name = func.name()
         self.counts.ops[name] += 1
-        node = torch._C._current_autograd_node()
-        if node is not None:
-            self.counts.backward += 1
-        self.counts.sources[f"backward: {node.name()}" if node is not None else _caller()] += 1
+        source = _source()
+        self.counts.backward += source.startswith("backward: ")
+        self.counts.sources[source] += 1
         custom = OPDEFS.get(name.split(".")[0])
         if custom is None:
             return func(*args, **kwargs)
@@ -92,7 +98,7 @@ class Dispatches(TorchDispatchMode):
     def launched(self, kernel) -> None:
         name = getattr(getattr(kernel, "fn", kernel), "__name__", repr(kernel))
         self.counts.launches[name] += 1
-        self.counts.sources[_caller()] += 1
+        self.counts.sources[_source()] += 1
 
     def __enter__(self):
         _ACTIVE.append(self)
@@ -105,8 +111,12 @@ class Dispatches(TorchDispatchMode):
         return self._sdpa.__exit__(*exc)
 
 
-def _caller() -> str:
-    """``path:function`` of the innermost frame of the library (not torch, not tests or benchmarks)."""
+def _source() -> str:
+    """``backward: <autograd node>`` in the backward pass, else ``path:function`` of the innermost frame of the
+    library (not torch, not tests or benchmarks)."""
+    node = torch._C._current_autograd_node()
+    if node is not None:
+        return f"backward: {node.name()}"
     frame = sys._getframe(2)
     while frame is not None:
         path = frame.f_code.co_filename
