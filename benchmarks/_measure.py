@@ -67,9 +67,54 @@ def kernels_off():
             os.environ["ATTN_TRITON"] = before
 
 
-def cuda_peak_mb(fn: Callable[[], None]) -> float:
-    """Peak CUDA memory allocated by one call of ``fn`` above what was allocated before it."""
+def rotated_times(fns: dict, rounds: int, device: str = "cpu", clock: Callable[[], float] = time.perf_counter) -> dict:
+    """Per function, the seconds of each of ``rounds`` calls. Each round calls every function once, in
+    order on even rounds and in reverse on odd ones (ABBA), so that drift hits all alike and round ``i``
+    pairs adjacent calls. On CUDA each call lies between two CUDA events (the GPU's time of the call, read
+    after the round: the host does not wait between calls); elsewhere ``clock`` times it."""
+    times = {name: [] for name in fns}
+    for i in range(rounds):
+        order = list(fns) if i % 2 == 0 else list(fns)[::-1]
+        if device.startswith("cuda"):
+            events = []
+            for name in order:
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                fns[name]()
+                end.record()
+                events.append((name, start, end))
+            torch.cuda.synchronize()
+            for name, start, end in events:
+                times[name].append(start.elapsed_time(end) / 1e3)
+        else:
+            for name in order:
+                start = clock()
+                fns[name]()
+                times[name].append(clock() - start)
+    return times
+
+
+def paired_ratio(times: dict, name: str, reference: str) -> float:
+    """The median over rounds of ``name``'s time over ``reference``'s (:func:`rotated_times`)."""
+    return statistics.median(a / b for a, b in zip(times[name], times[reference]))
+
+
+def first_call_s(fn: Callable[[], None], device: str = "cpu") -> float:
+    """Wall seconds of one call of ``fn``, the device synchronised around it: for a first call, what
+    compilation, autotuning and kernel loading cost on top of a step."""
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    sync()
+    start = time.perf_counter()
     fn()
+    sync()
+    return time.perf_counter() - start
+
+
+def cuda_peak_mb(fn: Callable[[], None], warmup: bool = True) -> float:
+    """Peak CUDA memory allocated by one call of ``fn`` above what was allocated before it (after one call
+    to warm up, unless ``fn`` ran already)."""
+    if warmup:
+        fn()
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     before = torch.cuda.memory_allocated()
