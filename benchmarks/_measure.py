@@ -38,10 +38,14 @@ def interleaved_times(fns: dict, threads: int, rounds: int, min_run_time: float)
 def interleaved_wall_cpu(fns: dict, repeats: int, warmup: int = 1) -> dict:
     """Per function, timed in alternation: median and minimum wall milliseconds, and the median
     CPU milliseconds of this process (``time.process_time``: what the step itself computed, much
-    less disturbed than wall time when other jobs share the cores)."""
-    for fn in fns.values():
+    less disturbed than wall time when other jobs share the cores); and the wall milliseconds of the
+    first warm-up call (``first_call_ms``: compilation and autotuning included), apart."""
+    first = {}
+    for name, fn in fns.items():
         for _ in range(warmup):
+            start = time.perf_counter()
             fn()
+            first.setdefault(name, 1e3 * (time.perf_counter() - start))
     wall, cpu = {name: [] for name in fns}, {name: [] for name in fns}
     for _ in range(repeats):
         for name, fn in fns.items():
@@ -49,8 +53,11 @@ def interleaved_wall_cpu(fns: dict, repeats: int, warmup: int = 1) -> dict:
             fn()
             wall[name].append(time.perf_counter() - start_wall)
             cpu[name].append(time.process_time() - start_cpu)
-    return {name: {"wall_median_ms": 1e3 * statistics.median(wall[name]), "wall_min_ms": 1e3 * min(wall[name]),
-                   "cpu_median_ms": 1e3 * statistics.median(cpu[name])} for name in fns}
+    times = {name: {"wall_median_ms": 1e3 * statistics.median(wall[name]), "wall_min_ms": 1e3 * min(wall[name]),
+                    "cpu_median_ms": 1e3 * statistics.median(cpu[name])} for name in fns}
+    for name, ms in first.items():
+        times[name]["first_call_ms"] = ms
+    return times
 
 
 @contextlib.contextmanager

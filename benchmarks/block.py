@@ -300,7 +300,7 @@ def operator_case(name: str, batch: int, length: int):
     return step
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small shapes (smoke run)")
     parser.add_argument("--threads", type=int, default=2)
@@ -325,7 +325,11 @@ def main() -> None:
                         help="section 3 on CUDA: time spent in the timed rounds of a row (5 to 100 rounds)")
     parser.add_argument("--bam-memory", nargs=6, metavar=("NAME", "L", "B", "D", "DTYPE", "DEVICE"),
                         help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = build_parser().parse_args()
     torch.set_num_threads(args.threads)
     if args.bam_memory:
         name, length, batch, head_dim, dtype, device = args.bam_memory

@@ -1,27 +1,31 @@
 """Every GPU number of the suite in one command, for the few minutes a GPU is at hand.
 
-    python -m benchmarks.gpu_suite --out DIR [--data-root DIR] [--budget-minutes 10] [--parts ...]
+    python -m benchmarks.gpu_suite --out DIR [--data-root DIR] [--budget-minutes 7] [--parts ...]
 
-The parts run in this order, each in its own process and time box (a part that overruns is stopped,
-the next one starts), with what the issue's targets need:
+The parts run in this order, each in its own process and time box (a part that overruns is stopped, the
+next one starts), the issue's headline numbers first, so that the default 7 minutes yield them:
 
-1. ``environment``: GPU, driver, CUDA, torch, Triton and Python versions;
-2. ``gpu-tests``: ``pytest tests/gpu`` (the kernels against the PyTorch paths, CUDA training runs);
-3. ``dense-bam``: BAM-WC through ``Attend`` vs SDPA at L = 512, 4096, 16384, fp32 and bf16, time and
-   peak memory (``benchmarks/block.py --only bam``);
-4. ``mcan``: MCAN-small training and inference steps, softmax vs BAM-WC, fp32 and bf16, compile off,
-   default and reduce-overhead (``benchmarks/vqa.py``);
-5. ``gat``: our GAT layers (softmax, BAM-WC) vs PyG's ``GATConv`` on Cora and a 1.2M-edge graph, with a
-   fresh graph per call and peak memory, and 30 NeighborLoader mini-batches of that graph (``benchmarks/gat.py``;
-   the mini-batch rows are skipped, with the reason, where the image has no neighbour sampler);
-6. ``lxmert``: LXMERT-base with BAM, entmax and a binding span vs plain Hugging Face (``benchmarks/lxmert.py``);
-7. ``mt-throughput``: MT Transformer training tokens/s vs ``nn.Transformer`` (``benchmarks/mt.py``);
-8. ``mt-convergence``: Multi30k Transformers trained for ``--mt-minutes`` each, vanilla, predictive and
+1. ``dense-bam`` (170 s): BAM-WC through ``Attend`` vs the fastest baseline and the reference Triton flash
+   kernel, rows of equal length first (bf16 then fp32; L = 4096, 16384, 512; head sizes 64 and 128), then
+   padded rows; time, TFLOP/s, first call apart, peak memory (``benchmarks/block.py --only bam``);
+2. ``mcan`` (75 s): MCAN-small training and inference steps in eager mode, softmax vs BAM-WC, fp32 and bf16
+   (``benchmarks/vqa.py``; first calls apart);
+3. ``gat`` (45 s): our GAT layers (softmax, BAM-WC) vs PyG's ``GATConv`` on Cora (``benchmarks/gat.py``);
+4. ``lxmert`` (60 s): LXMERT-base with BAM, entmax and a binding span vs plain Hugging Face
+   (``benchmarks/lxmert.py``);
+5. ``gpu-tests`` (150 s): ``pytest tests/gpu`` (the kernels against the PyTorch paths, CUDA training runs);
+6. ``mcan-compiled`` (150 s): the MCAN-small rows under ``torch.compile`` (default and reduce-overhead, bf16);
+7. ``gat-large`` (120 s): the GAT layers on a 1.2M-edge graph, with a fresh graph per call and peak memory,
+   and 30 NeighborLoader mini-batches of it (skipped, with the reason, where the image has no sampler);
+8. ``mt-throughput`` (60 s): MT Transformer training tokens/s vs ``nn.Transformer`` (``benchmarks/mt.py``);
+9. ``mt-convergence``: Multi30k Transformers trained for ``--mt-minutes`` each, vanilla, predictive and
    evolving attention side by side (BLEU at the end, so that learning speed can be compared).
 
-After every part ``DIR/suite.json`` (status, seconds, the part's JSON) and ``DIR/summary.md`` are rewritten,
-so a session that runs out of time still leaves everything measured so far. No part needs the network.
-On a fresh GPU machine the packages that its image lacks travel as wheels (docs/performance.md, "The GPU suite").
+Before the first part ``DIR/suite.json`` records the machine (GPU, driver, CUDA, torch, Triton, Python);
+after every part it and ``DIR/summary.md`` are rewritten (status, seconds, the part's JSON; a line per dense
+BAM row), so a session that runs out of time still leaves everything measured so far. A part that would
+start with under 10 s of the budget left is skipped. No part needs the network. On a fresh GPU machine the
+packages that its image lacks travel as wheels (``scripts/gpu_bundle.sh``, docs/gpu.md, "The GPU suite").
 """
 from __future__ import annotations
 
@@ -38,6 +42,8 @@ from typing import Callable, Dict, List, Optional
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
+#: The default budget (minutes): the first four parts in full, then the GPU tests in what is left.
+BUDGET_MINUTES = 7.0
 sys.path.insert(0, str(ROOT))  # run as a script too
 
 
@@ -57,10 +63,18 @@ class Part:
 
 def parts(out: Path, data_root: str, mt_minutes: float, device: str = "cuda") -> List[Part]:
     """The suite's parts for output directory ``out``."""
-    bench = lambda script: [PYTHON, str(ROOT / "benchmarks" / script)]  # noqa: E731
     results_env = {"ATTN_RESULTS_DIR": str(out)}
-    mcan_rows = [f"{name}/{precision}/{mode}" for name in ("softmax", "bam-wc") for precision, mode in
-                 (("fp32", "off"), ("bf16", "off"), ("bf16", "default"), ("bf16", "reduce-overhead"))]
+
+    def bench(script: str, *args: str) -> List[str]:
+        return [PYTHON, str(ROOT / "benchmarks" / script), "--device", device, *args]
+
+    def mcan(*rows: str, result: str) -> List[str]:
+        return bench("vqa.py", "--batch-size", "64", "--repeats", "10", "--rows", *rows, "--out", str(out / result))
+
+    def gat(sections: str, result: str) -> List[str]:
+        return bench("gat.py", "--sections", sections, "--repeats", "20", "--epoch-batches", "30", "--data-root",
+                     data_root, "--out", str(out / result))
+
     variants = {"vanilla": [], "predictive": ["model.encoder_attention.cross_layer={kind: predictive, alpha: 0.1}"],
                 "evolving": [f"model.{site}.cross_layer={{kind: evolving, alpha: 0.1, beta: 0.1}}"
                              for site in ("encoder_attention", "decoder_attention", "cross_attention")]}
@@ -69,26 +83,28 @@ def parts(out: Path, data_root: str, mt_minutes: float, device: str = "cuda") ->
                  f"prepared_dir={prepared}", "batching.max_tokens=8000", "train.max_steps=1000000",
                  f"train.max_minutes={mt_minutes}", "train.eval_every=0", "train.precision=bf16",
                  "train.log_every=20", "eval.valid_bleu_sentences=500"]
+    compiled = [f"{name}/bf16/{mode}" for mode in ("default", "reduce-overhead") for name in ("softmax", "bam-wc")]
     return [
+        Part("dense-bam", "dense BAM-WC vs the fastest baseline and the reference flash kernel", 170,
+             [bench("block.py", "--only", "bam", "--bam", "bam-wc", "--padding", "none", "random", "--dtypes", "bf16",
+                    "fp32", "--lengths", "4096", "16384", "512", "--head-dims", "64", "128", "--row-seconds", "0.5")],
+             ["block_bam.json"], results_env),
+        Part("mcan", "MCAN-small steps, eager", 75,
+             [mcan("bam-wc/fp32/off", "softmax/bf16/off", "bam-wc/bf16/off", result="vqa.json")], ["vqa.json"]),
+        Part("gat", "GAT layers vs PyG GATConv on Cora", 45, [gat("layer", "gat.json")], ["gat.json"]),
+        Part("lxmert", "LXMERT variants vs plain Hugging Face", 60,
+             [bench("lxmert.py", "--batch", "64", "--variants", "plain", "softmax", "bam-wc", "entmax", "span-bound",
+                    "--name", "lxmert")], ["lxmert.json"], results_env),
         Part("gpu-tests", "pytest tests/gpu", 150,
              [[PYTHON, "-m", "pytest", str(ROOT / "tests" / "gpu"), "-q", "-p", "no:cacheprovider",
                f"--junitxml={out / 'gpu_tests.xml'}"]]),
-        Part("dense-bam", "dense BAM-WC vs SDPA", 120,
-             [bench("block.py") + ["--device", device, "--only", "bam", "--lengths", "512", "4096", "16384",
-                                   "--dtypes", "fp32", "bf16", "--bam", "bam-wc"]], ["block_bam.json"], results_env),
-        Part("mcan", "MCAN-small steps", 180,
-             [bench("vqa.py") + ["--device", device, "--batch-size", "64", "--repeats", "10", "--rows", *mcan_rows,
-                                 "--out", str(out / "vqa.json")]], ["vqa.json"]),
-        Part("gat", "GAT layers and mini-batch epochs vs PyG GATConv", 120,
-             [bench("gat.py") + ["--device", device, "--sections", "layer,large,minibatch_epoch", "--repeats", "20",
-                                 "--epoch-batches", "30", "--data-root", data_root, "--out", str(out / "gat.json")]],
-             ["gat.json"]),
-        Part("lxmert", "LXMERT variants vs plain Hugging Face", 60,
-             [bench("lxmert.py") + ["--device", device, "--batch", "64", "--variants", "plain", "softmax", "bam-wc",
-                                    "entmax", "span-bound", "--name", "lxmert"]], ["lxmert.json"], results_env),
+        Part("mcan-compiled", "MCAN-small steps under torch.compile", 150,
+             [mcan(*compiled, result="vqa_compiled.json")], ["vqa_compiled.json"]),
+        Part("gat-large", "GAT layers and mini-batch epochs vs PyG GATConv on a 1.2M-edge graph", 120,
+             [gat("large,minibatch_epoch", "gat_large.json")], ["gat_large.json"]),
         Part("mt-throughput", "MT Transformer tokens/s vs nn.Transformer", 60,
-             [bench("mt.py") + ["--device", device, "--presets", "transformer-cpu", "--precision", "fp32", "bf16",
-                                "--no-decode", "--data-root", data_root, "--out", "mt"]], ["mt.json"], results_env),
+             [bench("mt.py", "--presets", "transformer-cpu", "--precision", "fp32", "bf16", "--no-decode",
+                    "--data-root", data_root, "--out", "mt")], ["mt.json"], results_env),
         Part("mt-convergence", f"Multi30k Transformers, {mt_minutes:g} minutes each", 60 * mt_minutes + 120,
              [[PYTHON, "-m", "mt.train", *mt_common, "--out", str(out / f"mt-{name}"), *extra]
               for name, extra in variants.items()],
@@ -125,8 +141,8 @@ def run_part(part: Part, out: Path, seconds: float) -> dict:
     """Run ``part`` within ``seconds``; its record: status (ok, failed, timed out), seconds, exit codes,
     the tail of its output, and the JSON results it wrote."""
     start = time.monotonic()
-    env = {**os.environ, **part.env, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT),
-                                                                                os.environ.get("PYTHONPATH")]))}
+    env = {**os.environ, **part.env, "PYTHONUNBUFFERED": "1",  # a part stopped by its box leaves its output
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     log = out / f"{part.name}.log"
     record = {"title": part.title, "time_box_s": round(seconds), "log": log.name}
     with open(log, "w") as sink:
@@ -168,17 +184,20 @@ HEADLINE_KEYS = ("ratio", "_vs_", "per_second", "peak", "mib", "bleu", "ms", "pa
 
 
 def headline_numbers(payload, prefix: str = "", limit: int = 60) -> List[str]:
-    """``path: value`` lines for the numbers of ``payload`` whose key names a speed, memory or score."""
+    """``path: value`` lines for the numbers of ``payload`` whose key names a speed, memory or score; a record
+    with a ``summary`` line (a dense BAM row) is that line."""
     lines: List[str] = []
 
     def walk(node, path):
         if len(lines) >= limit:
             return
-        if isinstance(node, dict):
+        if isinstance(node, dict) and isinstance(node.get("summary"), str):
+            lines.append(f"{prefix}{node['summary']}")
+        elif isinstance(node, dict):
             for key, value in node.items():
                 walk(value, f"{path}.{key}" if path else str(key))
         elif isinstance(node, list):
-            for i, value in enumerate(node[:20]):
+            for i, value in enumerate(node[:50]):
                 walk(value, f"{path}[{i}]")
         elif isinstance(node, (int, float)) and not isinstance(node, bool):
             leaf = path.rsplit(".", 1)[-1].lower()
@@ -256,7 +275,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="directory for suite.json, summary.md and each part")
     parser.add_argument("--data-root", default=os.environ.get("ATTN_DATA_ROOT"),
                         help="data root holding planetoid/ and mt/multi30k (default: $ATTN_DATA_ROOT)")
-    parser.add_argument("--budget-minutes", type=float, default=10.0, help="for all parts together (default 10)")
+    parser.add_argument("--budget-minutes", type=float, default=BUDGET_MINUTES,
+                        help=f"for all parts together (default {BUDGET_MINUTES:g}: the first four parts in full)")
     parser.add_argument("--mt-minutes", type=float, default=2.0, help="training time of each Multi30k run")
     parser.add_argument("--device", default="cuda", help=argparse.SUPPRESS)  # cpu: a smoke run of the plumbing
     names = [p.name for p in parts(Path("."), "", 2.0)]

@@ -8,8 +8,10 @@
 #   .gpu/data    the data the suite reads: planetoid/Cora (GAT) and mt/multi30k (MT).
 #
 #   bash scripts/gpu_bundle.sh [DATA_ROOT]     # here: pack (DATA_ROOT defaults to $ATTN_DATA_ROOT)
-#   bash scripts/gpu_bundle.sh --run           # there: install into /tmp/site, run the suite, copy its
-#                                              # summary.md and suite.json to $OUT (or ./gpu-results)
+#   bash scripts/gpu_bundle.sh --run [ARGS]    # there: install into /tmp/site, run the suite (ARGS: its
+#                                              # options, e.g. --budget-minutes 5 --parts dense-bam mcan), copy
+#                                              # its summary.md and suite.json to $OUT (or ./gpu-results), also
+#                                              # when the suite fails or is stopped
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "${1:-}" = "--run" ]; then
@@ -17,10 +19,9 @@ if [ "${1:-}" = "--run" ]; then
   export PYTHONPATH="/tmp/site:$(pwd)"
   out="${OUT:-gpu-results}"
   mkdir -p "$out"
-  status=0
-  python3 -m benchmarks.gpu_suite --out /tmp/gpu-suite --data-root .gpu/data "${@:2}" || status=$?
-  cp /tmp/gpu-suite/summary.md /tmp/gpu-suite/suite.json "$out"/
-  exit "$status"
+  trap 'cp /tmp/gpu-suite/summary.md /tmp/gpu-suite/suite.json "$out"/ 2>/dev/null || true' EXIT
+  python3 -m benchmarks.gpu_suite --out /tmp/gpu-suite --data-root .gpu/data "${@:2}"
+  exit
 fi
 data="$(cd "${1:-${ATTN_DATA_ROOT:?give the data root as the first argument or export ATTN_DATA_ROOT}}" && pwd)"
 rm -rf .gpu

@@ -46,8 +46,28 @@ def test_parts_run_in_order_within_their_time_boxes(tmp_path):
 
 def test_the_suite_names_every_part_and_needs_the_data_root(monkeypatch, capsys):
     names = [p.name for p in gpu_suite.parts(Path("/tmp/out"), "/data", 2.0)]
-    assert names == ["gpu-tests", "dense-bam", "mcan", "gat", "lxmert", "mt-throughput", "mt-convergence"]
+    assert names == ["dense-bam", "mcan", "gat", "lxmert", "gpu-tests", "mcan-compiled", "gat-large", "mt-throughput",
+                     "mt-convergence"]
     monkeypatch.delenv("ATTN_DATA_ROOT", raising=False)
     with pytest.raises(SystemExit):
         gpu_suite.main(["--out", "/tmp/out"])
     assert "--data-root" in capsys.readouterr().err
+
+
+def test_the_default_budget_runs_the_headline_parts_in_full_and_block_takes_its_arguments():
+    parts = gpu_suite.parts(Path("/tmp/out"), "/data", 2.0)
+    headline = parts[:4]  # dense BAM, MCAN, GAT on Cora, LXMERT
+    assert sum(p.seconds for p in headline) + 60 <= 60 * gpu_suite.BUDGET_MINUTES  # a minute left for the tests
+    from benchmarks import block
+
+    command = parts[0].commands[0]
+    assert command[1].endswith("block.py")
+    args = block.build_parser().parse_args(command[2:])
+    assert args.only == "bam" and args.padding == ["none", "random"] and args.dtypes[0] == "bf16"
+    assert args.lengths[:2] == [4096, 16384] and args.head_dims == [64, 128]
+
+
+def test_the_summary_gives_a_line_per_dense_bam_row():
+    rows = {"bam_vs_baseline": [{"summary": f"row {i}", "time_ratio": 1.5, "methods": {"x": {"ms": 1.0}}}
+                                for i in range(30)], "tf32_matmul": False, "peak_mb": 3.0}
+    assert gpu_suite.headline_numbers(rows) == [f"row {i}" for i in range(30)] + ["peak_mb: 3"]
