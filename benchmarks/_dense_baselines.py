@@ -3,8 +3,10 @@
 Every builder takes the row's :class:`Inputs` and returns a step, one forward and backward pass (the
 gradients of q, k and v by ``torch.autograd.grad``), or raises :class:`Unavailable` with the reason:
 
-* rows of equal length (no mask): SDPA with its flash backend (fp16/bf16) or memory-efficient one (fp32),
-  and with cuDNN's (fp16/bf16); on the CPU, SDPA as it chooses;
+* rows of equal length (no mask): SDPA with the backend it chooses (``sdpa``), and forced to its flash
+  backend (fp16/bf16) or memory-efficient one (fp32), and to cuDNN's (fp16/bf16); on the CPU, ``sdpa``. A
+  forced backend costs its ``sdpa_kernel`` context on the host, which shows where a step is bound by the
+  host (small rows);
 * padded rows: SDPA with the boolean key padding mask; ``torch.nn.attention.varlen.varlen_attn`` on the
   packed real tokens (flash attention's variable-length kernel); SDPA on nested (jagged) tensors; and one
   SDPA call per sequence at its own length. The last three compute the real queries only, where the mask
@@ -140,8 +142,9 @@ def candidates(x: Inputs) -> dict:
         return {"sdpa-mask": lambda: sdpa(x), "varlen": lambda: varlen(x), "nested": lambda: nested(x),
                 "per-sequence": lambda: per_sequence(x)}
     if x.half:
-        return {"sdpa-flash": lambda: sdpa(x, "FLASH_ATTENTION"), "sdpa-cudnn": lambda: sdpa(x, "CUDNN_ATTENTION")}
-    return {"sdpa-efficient": lambda: sdpa(x, "EFFICIENT_ATTENTION")}
+        return {"sdpa": lambda: sdpa(x), "sdpa-flash": lambda: sdpa(x, "FLASH_ATTENTION"),
+                "sdpa-cudnn": lambda: sdpa(x, "CUDNN_ATTENTION")}
+    return {"sdpa": lambda: sdpa(x), "sdpa-efficient": lambda: sdpa(x, "EFFICIENT_ATTENTION")}
 
 
 def _packed(t: Tensor, lengths: list) -> Tensor:

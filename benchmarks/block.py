@@ -18,10 +18,11 @@ pairing adjacent calls cancels that drift where the block-of-seconds medians of
    fastest attention a user has without BAM (:mod:`_dense_baselines`), at ``--lengths``,
    ``--head-dims``, ``--dtypes`` and ``--padding`` (``none``: rows of equal length;
    ``random``: each sequence keeps a length drawn between L/2 and L) with ``batch = --tokens / L``
-   and 8 heads. On CUDA the candidates are SDPA's flash (or, in fp32, memory-efficient) and cuDNN
-   backends for rows of equal length, and for padded rows SDPA with the key padding mask,
-   ``varlen_attn`` on packed tokens, nested tensors and one SDPA call per sequence; the fastest
-   is the row's ``baseline``, named in the JSON. The reference Triton flash kernel
+   and 8 heads. On CUDA the candidates are SDPA with its own backend choice and forced to its flash
+   (or, in fp32, memory-efficient) and cuDNN backends for rows of equal length, and for padded rows
+   SDPA with the key padding mask, ``varlen_attn`` on packed tokens, nested tensors and one SDPA
+   call per sequence; the fastest is the row's ``baseline``, named in the JSON. The reference Triton
+   flash kernel
    (``common.attention.kernels.reference_flash``) runs beside them where it exists, and the
    materialised BAM path where its ``[L x L]`` maps stay under ``--materialised-max`` entries.
    Every method of a row is timed in rotation (ABBA); on CUDA each call between CUDA events, with
