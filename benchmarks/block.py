@@ -51,8 +51,8 @@ import os
 import statistics
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -111,8 +111,7 @@ def core_case(name: str, batch: int, length: int, masked: bool):
     return {"sdpa": sdpa, "block": block}[name]
 
 
-@dataclass(frozen=True)
-class Row:
+class Row(NamedTuple):
     """One dense BAM row's shape: ``batch x HEADS x length x head_dim`` in ``dtype`` on ``device``; ``padded``:
     each sequence keeps a length drawn between L/2 and L, behind a key padding mask."""
 
