@@ -21,6 +21,7 @@ import sys
 import traceback
 
 import torch
+from torch._library import custom_ops
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -123,6 +124,7 @@ def meta_as_gpu(monkeypatch):
     (as for CUDA), and kernel launches and precompilations do nothing."""
     import common.attention  # noqa: F401  (every module that imports the patched names)
     from common.attention import kernels
+    operators = custom_operators()  # (their modules imported before the names are replaced)
 
     is_autocast = torch.is_autocast_enabled
     autocast = torch.autocast
@@ -148,11 +150,21 @@ def meta_as_gpu(monkeypatch):
                 if getattr(module, attr, None) is originals[attr]:
                     monkeypatch.setattr(module, attr, fn)
     # the custom operators run their real implementations (the Triton wrappers), not their fake ones
-    from common.attention import dense_bam, entmax
-    for op in (dense_bam.triton_dense_bam, dense_bam.triton_dense_bam_backward, entmax.dense_entmax,
-               entmax.dense_entmax_backward):
+    for op in operators:
         monkeypatch.setattr(op, "_abstract_fn", _recorded(op._init_fn))
     yield
+
+
+def custom_operators() -> list:
+    """The suite's custom operators (``torch.ops.attention_suite.*``), from torch's registry once the modules
+    defining them are imported (the kernel modules where Triton is installed)."""
+    import common.attention.dense_bam  # noqa: F401
+    import common.attention.entmax  # noqa: F401
+    from common.attention import kernels
+    if kernels.triton_available():
+        import common.attention.kernels.edge_bam  # noqa: F401
+        import common.attention.kernels.entmax_bisect  # noqa: F401
+    return [op for name, op in custom_ops.OPDEFS.items() if name.startswith("attention_suite::")]
 
 
 def _recorded(implementation):

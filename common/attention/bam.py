@@ -165,7 +165,8 @@ class BAM(Normalizer):
     def normalize(self, scores: Tensor, groups, keys=None, key_index=None, noise: Optional[Tensor] = None) -> Tensor:
         """``noise``: the standard log-noise to use instead of a fresh draw (``log(-log u)`` or
         ``eps``, shaped like ``scores``), e.g. to compare with the fused kernels."""
-        if isinstance(groups, EdgeGroups) and groups.ptr is not None and use_triton(scores, "edge_bam"):
+        if isinstance(groups, EdgeGroups) and groups.ptr is not None and scores.dim() <= 2 \
+                and use_triton(scores, "edge_bam", behind_op=True):  # [num_edges(, heads)] sorted by target
             from .kernels.edge_bam import bam_normalize
             try:
                 return bam_normalize(self, scores, groups, keys, key_index, noise)

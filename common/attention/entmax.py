@@ -13,7 +13,8 @@ Otherwise the dense layout uses the ``entmax`` package (exact sort-based 1.5-ent
 sparsemax, bisection with an analytic alpha gradient) and the edge-wise layout bisects per
 target node with scatter operations (:func:`~common.attention.functional.entmax_bisect_groups`).
 The dense layout is one custom operator, :func:`dense_entmax` (``torch.ops.attention_suite.entmax``),
-whatever runs inside it, so ``torch.compile`` keeps it in one graph.
+whatever runs inside it, and the edge-wise kernels over target-sorted edges are another
+(``torch.ops.attention_suite.entmax_csr``), so ``torch.compile`` keeps them in one graph.
 """
 from __future__ import annotations
 
@@ -36,8 +37,9 @@ ANY_ALPHA, SPARSEMAX, ENTMAX15 = 0, 1, 2
 
 def _fused(scores: Tensor, alpha, groups, n_iter: Optional[int]) -> Optional[Tensor]:
     """The fused Triton bisection of edge-wise groups where it applies, else ``None`` (the PyTorch path).
-    Under ``torch.compile`` the PyTorch path runs (inductor fuses it)."""
-    if not use_triton(scores, "entmax"):  # (no while torch.compile traces)
+    Under ``torch.compile`` it applies to target-sorted groups (``ptr``), whose kernels are one custom
+    operator (``torch.ops.attention_suite.entmax_csr``); unsorted ones would be sorted first, by value."""
+    if not use_triton(scores, "entmax", behind_op=groups.ptr is not None):
         return None
     from .kernels.entmax_bisect import entmax_bisect_groups as fused_bisect
 

@@ -174,3 +174,18 @@ def test_half_precision_inputs_are_computed_in_float32(dtype, alpha):
     assert ours.dtype == dtype and torch.allclose(ours.float(), ref, rtol=torch.finfo(dtype).eps, atol=1e-7)
     (d_half,) = _grads(ours, upstream.to(dtype), half)
     assert d_half.dtype == dtype and d_half.isfinite().all()
+
+
+@pytest.mark.parametrize("alpha", ["learned", 2.0])
+def test_the_csr_operators_pass_opcheck(alpha):
+    """``torch.library.opcheck`` of ``attention_suite::entmax_csr`` and its backward: schema, autograd
+    registration, fake implementations and AOT dispatch with dynamic shapes."""
+    scores, mask, _, _ = _case(seed=7, heads=3)
+    e_scores, index, n, _, _, _ = dense_to_edges(scores.detach(), mask)
+    ptr = torch.cat([torch.zeros(1, dtype=torch.long), torch.bincount(index, minlength=n).cumsum(0)])
+    a = ALPHAS.clone().requires_grad_() if alpha == "learned" else torch.full((1,), alpha, dtype=torch.float64)
+    power = fused.power_mode(ALPHAS if alpha == "learned" else alpha)
+    torch.library.opcheck(fused.csr_entmax, (e_scores.requires_grad_(), ptr, a, N_ITER, power))
+    weights = fused.csr_entmax(e_scores.detach(), ptr, a.detach(), N_ITER, power)
+    torch.library.opcheck(fused.csr_entmax_backward, (weights, torch.randn_like(weights), ptr, a.detach(), power,
+                                                      alpha == "learned"))

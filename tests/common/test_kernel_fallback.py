@@ -75,6 +75,24 @@ def test_entmax_kernel_that_fails_to_compile_falls_back_to_the_package(monkeypat
         torch.testing.assert_close(b, c)
 
 
+def test_csr_entmax_kernel_that_fails_falls_back_to_the_pytorch_bisection(monkeypatch, fresh):
+    from common.attention.kernels import entmax_bisect
+    monkeypatch.setattr(entmax_bisect, "_entmax_fwd", Broken("_entmax_fwd"))
+    norm = attention.build("entmax", num_heads=2)
+    index, ptr = torch.tensor([0, 0, 1, 2, 2, 2]), torch.tensor([0, 2, 3, 6])
+    scores = torch.randn(6, 2, requires_grad=True)
+
+    def run():
+        out = norm(scores, index=index, ptr=ptr)
+        return out, *_grads(out, scores, norm.alpha_logit)
+    reference = fresh(run)
+    first, second = _warned_once(run, "_entmax_fwd")
+    assert kernels.FAILED.keys() == {"entmax"}
+    for a, b, c in zip(first, second, reference):
+        torch.testing.assert_close(a, c)
+        torch.testing.assert_close(b, c)
+
+
 def test_backward_kernel_that_fails_to_load_is_found_in_the_forward(monkeypatch, fresh):
     from common.attention.kernels import entmax_bisect
 

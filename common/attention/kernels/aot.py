@@ -143,7 +143,7 @@ def _edge_bam_cases() -> Iterator[tuple[str, Callable[[], None]]]:
     import torch
 
     from ..bam import BAM
-    from .edge_bam import edge_bam
+    from .edge_bam import Options, backward, forward
 
     variants = {
         "bam-wc": dict(posterior="weibull", prior="contextual", key_dim=8),
@@ -159,19 +159,21 @@ def _edge_bam_cases() -> Iterator[tuple[str, Callable[[], None]]]:
 
                     def run(dtype=dtype, nodes=nodes, edges=edges, options=options, sampling=sampling):
                         bam = BAM(**options)
-                        scores = torch.empty(edges, 8, device="meta", dtype=dtype, requires_grad=True)
-                        prior = torch.empty_like(scores, requires_grad=True) if bam.prior_net is not None else None
+                        scores = torch.empty(edges, 8, device="meta", dtype=dtype)
+                        prior = torch.empty_like(scores) if bam.prior_net is not None else None
                         ptr = torch.empty(nodes + 1, device="meta", dtype=torch.long)
-                        weights, kl = edge_bam(bam, scores, ptr, prior, sampling=sampling, with_kl=True, seed=7)
-                        inputs = (scores,) if prior is None else (scores, prior)
-                        torch.autograd.grad((weights, kl), inputs, (torch.empty_like(weights), torch.empty_like(kl)))
+                        seed = torch.empty(1, device="meta", dtype=torch.long)
+                        kernel = Options.of(bam, sampling, with_kl=True, given_noise=False)
+                        weights, kl, lse = forward(scores, prior, None, ptr, seed, *kernel)
+                        backward(scores, prior, None, ptr, seed, lse, torch.empty_like(weights), torch.empty_like(kl),
+                                 *kernel)
                     yield name, run
 
 
 def _entmax_cases() -> Iterator[tuple[str, Callable[[], None]]]:
     import torch
 
-    from .entmax_bisect import entmax_bisect_csr, entmax_bisect_dense
+    from .entmax_bisect import csr_backward, csr_forward, entmax_bisect_dense, power_mode
 
     alphas = {"learned": "tensor", "1.5": 1.5, "sparsemax": 2.0}
     for dtype in (torch.float32, torch.bfloat16, torch.float16):
@@ -191,12 +193,11 @@ def _entmax_cases() -> Iterator[tuple[str, Callable[[], None]]]:
                 name = f"entmax csr {str(dtype)[6:]} {graph} heads=8 alpha={alpha_name}"
 
                 def run(dtype=dtype, alpha=alpha, nodes=nodes, edges=edges):
-                    x = torch.empty(edges, 8, device="meta", dtype=dtype, requires_grad=True)
-                    a = torch.empty(8, device="meta", dtype=dtype, requires_grad=True) if alpha == "tensor" else alpha
+                    x = torch.empty(edges, 8, device="meta", dtype=dtype)
+                    a = torch.empty(8, device="meta", dtype=dtype) if alpha == "tensor" else alpha
                     ptr = torch.empty(nodes + 1, device="meta", dtype=torch.long)
-                    out = entmax_bisect_csr(x, a, ptr, n_iter=25)
-                    inputs = (x, a) if alpha == "tensor" else (x,)
-                    torch.autograd.grad(out, inputs, torch.empty_like(out))
+                    out = csr_forward(x, ptr, a, 25, power_mode(a))
+                    csr_backward(out, torch.empty_like(out), ptr, a, power_mode(a), alpha_grad=alpha == "tensor")
                 yield name, run
 
 

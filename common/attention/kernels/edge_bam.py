@@ -14,17 +14,22 @@ With ``prior_scope="all"`` (the prior normalised over every key, as in the offic
 ``r`` arrives as ``log pi`` already and is used as it is.
 
 The noise ``n`` (Weibull: ``log(-log u)``, Lognormal: ``eps``) comes from Philox at counter
-``offset + e * heads + h`` with a seed the kernels read from a device tensor (no host
+``e * heads + h`` with a seed the kernels read from a device tensor (no host
 synchronisation; a CUDA graph's replays draw fresh noise), and is drawn again in the backward
-instead of being stored; only the three ``[nodes, heads]`` log-sum-exps are saved. Whatever the
-dtype of the scores, the kernels compute in float32 (float64 for float64 scores) and store the
-weights and gradients in the input dtype. :func:`edge_bam` also takes the noise explicitly,
-which makes it equal to the PyTorch path of :class:`~common.attention.bam.BAM`.
+instead of being stored; only the three ``[nodes, heads]`` log-sum-exps are saved. Each segment
+writes its share of the mean KL over every entry (the closed form's constant included), so the
+mean is one sum. Whatever the dtype of the scores, the kernels compute in float32 (float64 for
+float64 scores) and store the weights and gradients in the input dtype. :func:`edge_bam` also takes
+the noise explicitly, which makes it equal to the PyTorch path of :class:`~common.attention.bam.BAM`.
+
+The two passes are the custom operators ``torch.ops.attention_suite.edge_bam`` and
+``edge_bam_backward`` (fake implementations and the gradient registered), so that ``torch.compile``
+keeps them in its graph; :func:`forward` and :func:`backward` are their launchers.
 """
 from __future__ import annotations
 
 import math
-from typing import Optional, Tuple, Union
+from typing import NamedTuple, Optional, Tuple, Union
 
 import torch
 import triton
@@ -69,16 +74,16 @@ def _digamma(x):
 
 
 @triton.jit
-def _tile(scores_ptr, prior_ptr, noise_ptr, e, h, mask, H: tl.constexpr, seed, offset, scale,
+def _tile(scores_ptr, prior_ptr, noise_ptr, e, h, mask, H: tl.constexpr, seed, scale,
           NOISE: tl.constexpr, PRIOR: tl.constexpr, TINY: tl.constexpr, ONE_MINUS_EPS: tl.constexpr):
     """Scores, noisy scores and prior logits of one ``[BLOCK_E, BLOCK_H]`` tile."""
     idx = e[:, None] * H + h[None, :]
     s = upcast(tl.load(scores_ptr + idx, mask=mask, other=float("-inf")))
     if NOISE == 1:  # Weibull: log(-log u), u clamped to [tiny, 1 - eps]
-        u = tl.minimum(tl.maximum(tl.rand(seed, idx + offset), TINY), ONE_MINUS_EPS)  # float32
+        u = tl.minimum(tl.maximum(tl.rand(seed, idx), TINY), ONE_MINUS_EPS)  # float32
         z = s + scale * tl.log(-tl.log(u))
     elif NOISE == 2:
-        z = s + scale * tl.randn(seed, idx + offset)
+        z = s + scale * tl.randn(seed, idx)
     elif NOISE == 3:
         z = s + scale * upcast(tl.load(noise_ptr + idx, mask=mask, other=0.0))
     else:
@@ -148,9 +153,9 @@ def _segment(ptr_ptr, H: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_H: tl.conste
     return node, tl.load(ptr_ptr + node), tl.load(ptr_ptr + node + 1), h, h < H, tl.arange(0, BLOCK_E)
 
 
-@triton.jit(do_not_specialize=["offset"])
+@triton.jit
 def _edge_bam_fwd(scores_ptr, prior_ptr, noise_ptr, ptr_ptr, weights_ptr, lse_ptr, kl_ptr,
-                  seed_ptr, offset, scale, c0, c1, c2,
+                  seed_ptr, scale, c0, c1, c2, const, inv_count,
                   H: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_H: tl.constexpr,
                   NOISE: tl.constexpr, PRIOR: tl.constexpr, PRIOR_NORMALIZED: tl.constexpr, KL: tl.constexpr,
                   TINY: tl.constexpr, ONE_MINUS_EPS: tl.constexpr, LOG_TINY: tl.constexpr):
@@ -162,7 +167,7 @@ def _edge_bam_fwd(scores_ptr, prior_ptr, noise_ptr, ptr_ptr, weights_ptr, lse_pt
     for first in range(start, end, BLOCK_E):
         e = first + rows
         mask = (e < end)[:, None] & h_ok[None, :]
-        _, s, z, r = _tile(scores_ptr, prior_ptr, noise_ptr, e, h, mask, H, seed, offset, scale,
+        _, s, z, r = _tile(scores_ptr, prior_ptr, noise_ptr, e, h, mask, H, seed, scale,
                            NOISE, PRIOR, TINY, ONE_MINUS_EPS)
         m_z, l_z = _online_lse(m_z, l_z, z)
         if KL != 0:
@@ -180,20 +185,21 @@ def _edge_bam_fwd(scores_ptr, prior_ptr, noise_ptr, ptr_ptr, weights_ptr, lse_pt
     for first in range(start, end, BLOCK_E):
         e = first + rows
         mask = (e < end)[:, None] & h_ok[None, :]
-        idx, s, z, r = _tile(scores_ptr, prior_ptr, noise_ptr, e, h, mask, H, seed, offset, scale,
+        idx, s, z, r = _tile(scores_ptr, prior_ptr, noise_ptr, e, h, mask, H, seed, scale,
                              NOISE, PRIOR, TINY, ONE_MINUS_EPS)
         tl.store(weights_ptr + idx, tl.exp(z - lse_z[None, :]).to(weights_ptr.dtype.element_ty), mask=mask)
         if KL != 0:
             logp, log_pi = _log_probs(s, r, mask, lse_s, lse_r)
             value, _, _ = _kl_terms(logp, log_pi, c0, c1, c2, KL, PRIOR, LOG_TINY)
             kl += tl.sum(tl.where(mask, value, 0.0), axis=0)
-    if KL != 0:
-        tl.store(kl_ptr + node, tl.sum(tl.where(h_ok, kl, 0.0), axis=0))
+    # this segment's share of the mean over every entry, each entry's KL with its constant term
+    kl_sum = tl.sum(tl.where(h_ok, kl, 0.0), axis=0) + const * ((end - start) * H).to(kl.dtype)
+    tl.store(kl_ptr + node, kl_sum * inv_count)
 
 
-@triton.jit(do_not_specialize=["offset"])
+@triton.jit
 def _edge_bam_bwd(scores_ptr, prior_ptr, noise_ptr, ptr_ptr, lse_ptr, grad_w_ptr, grad_kl_ptr,
-                  d_scores_ptr, d_prior_ptr, seed_ptr, offset, scale, c0, c1, c2,
+                  d_scores_ptr, d_prior_ptr, seed_ptr, scale, c0, c1, c2, const, inv_count,
                   H: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_H: tl.constexpr,
                   NOISE: tl.constexpr, PRIOR: tl.constexpr, PRIOR_NORMALIZED: tl.constexpr, KL: tl.constexpr,
                   CENTRED: tl.constexpr,
@@ -207,13 +213,13 @@ def _edge_bam_bwd(scores_ptr, prior_ptr, noise_ptr, ptr_ptr, lse_ptr, grad_w_ptr
     lse_r = tl.load(lse_ptr + out + 2 * H, mask=h_ok, other=0.0)
     g_kl = 0.0
     if KL != 0:
-        g_kl = tl.load(grad_kl_ptr + node)
+        g_kl = tl.load(grad_kl_ptr) * inv_count  # the mean's gradient, per entry
     zero = upcast(tl.zeros([BLOCK_H], scores_ptr.dtype.element_ty))
     sum_gw, sum_d, sum_dpi = zero, zero, zero
     for first in range(start, end, BLOCK_E):  # the segment sums of the three chain rules
         e = first + rows
         mask = (e < end)[:, None] & h_ok[None, :]
-        idx, s, z, r = _tile(scores_ptr, prior_ptr, noise_ptr, e, h, mask, H, seed, offset, scale,
+        idx, s, z, r = _tile(scores_ptr, prior_ptr, noise_ptr, e, h, mask, H, seed, scale,
                              NOISE, PRIOR, TINY, ONE_MINUS_EPS)
         if GRAD_W:
             g = upcast(tl.load(grad_w_ptr + idx, mask=mask, other=0.0))
@@ -227,7 +233,7 @@ def _edge_bam_bwd(scores_ptr, prior_ptr, noise_ptr, ptr_ptr, lse_ptr, grad_w_ptr
     for first in range(start, end, BLOCK_E):
         e = first + rows
         mask = (e < end)[:, None] & h_ok[None, :]
-        idx, s, z, r = _tile(scores_ptr, prior_ptr, noise_ptr, e, h, mask, H, seed, offset, scale,
+        idx, s, z, r = _tile(scores_ptr, prior_ptr, noise_ptr, e, h, mask, H, seed, scale,
                              NOISE, PRIOR, TINY, ONE_MINUS_EPS)
         d_s = tl.zeros_like(s)
         if GRAD_W:
@@ -248,89 +254,150 @@ def _edge_bam_bwd(scores_ptr, prior_ptr, noise_ptr, ptr_ptr, lse_ptr, grad_w_ptr
         tl.store(d_scores_ptr + idx, d_s.to(d_scores_ptr.dtype.element_ty), mask=mask)
 
 
-class _Config:
-    """The constants of one BAM normalizer, as the kernels take them."""
+class Options(NamedTuple):
+    """The constants of one BAM normalizer call, as the operators take them (plain numbers)."""
 
-    def __init__(self, bam, sampling: bool, with_kl: bool, given_noise: bool, dtype: torch.dtype):
+    noise: int  # NOISE_*
+    scale: float  # of the standard log-noise
+    prior: bool  # contextual prior logits given
+    prior_normalized: bool  # they are log pi already (prior_scope="all")
+    kl: int  # KL_*
+    c0: float  # Weibull: log beta; Lognormal: the scale 1 / (2 sigma_p^2)
+    c1: float  # Weibull: c; Lognormal: the offset
+    c2: float  # Weibull, fixed prior: alpha
+    const: float  # the closed form's constant term
+    centred: bool  # d KL / d log p sums to zero per segment
+
+    @classmethod
+    def of(cls, bam, sampling: bool, with_kl: bool, given_noise: bool) -> "Options":
+        """The options of :class:`~common.attention.bam.BAM` ``bam`` for a call."""
         weibull = bam.posterior == "weibull"
         contextual = bam.prior_net is not None
-        self.noise = NOISE_NONE if not sampling else NOISE_GIVEN if given_noise else \
-            NOISE_WEIBULL if weibull else NOISE_NORMAL
-        self.scale = bam.noise_scale
-        self.prior = contextual and with_kl
-        self.prior_normalized = bam.prior_scope == "all"  # r is log pi, normalised over every key
-        self.kl = KL_NONE if not with_kl else KL_WEIBULL if weibull else KL_LOGNORMAL
         kernel = bam.kl_kernel
-        self.const = kernel.const
-        self.centred = bool(kernel.centred_score_grad)
         if weibull:
-            self.c = (kernel.log_beta, kernel.c, 0.0 if contextual else kernel.alpha)
+            c = (kernel.log_beta, kernel.c, 0.0 if contextual else kernel.alpha)
         else:
-            self.c = (kernel.scale, kernel.offset, 0.0)
-        uniform = torch.finfo(torch.float32)  # tl.rand draws float32
-        self.tiny, self.one_minus_eps = uniform.tiny, 1 - uniform.eps
-        self.log_tiny = math.log(torch.finfo(torch.promote_types(dtype, torch.float32)).tiny)  # the compute dtype
-
-    def constexprs(self) -> dict:
-        return dict(NOISE=self.noise, PRIOR=self.prior, PRIOR_NORMALIZED=self.prior_normalized, KL=self.kl,
-                    TINY=self.tiny,
-                    ONE_MINUS_EPS=self.one_minus_eps, LOG_TINY=self.log_tiny)
+            c = (kernel.scale, kernel.offset, 0.0)
+        noise = NOISE_WEIBULL if weibull else NOISE_NORMAL
+        noise = NOISE_NONE if not sampling else NOISE_GIVEN if given_noise else noise
+        return cls(noise, bam.noise_scale, contextual and with_kl, bam.prior_scope == "all",
+                   KL_NONE if not with_kl else KL_WEIBULL if weibull else KL_LOGNORMAL, *c,
+                   kernel.const if with_kl else 0.0, bool(kernel.centred_score_grad))
 
 
-def _blocks(heads: int) -> Tuple[int, int]:
+def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _launch_args(scores: Tensor, prior_logits: Optional[Tensor], noise: Optional[Tensor], options: Options) -> tuple:
+    """The pointers standing in for absent inputs, the runtime constants after the seed, and the constexprs."""
+    heads = scores.shape[1]
     block_h = triton.next_power_of_2(heads)
-    return max(16, 128 // block_h), block_h
+    uniform = torch.finfo(torch.float32)  # tl.rand draws float32
+    inputs = (scores, scores if prior_logits is None else prior_logits, scores if noise is None else noise)
+    constants = (options.scale, options.c0, options.c1, options.c2, options.const, 1.0 / max(scores.numel(), 1))
+    constexprs = dict(H=heads, BLOCK_E=max(16, 128 // block_h), BLOCK_H=block_h, NOISE=options.noise,
+                      PRIOR=options.prior, PRIOR_NORMALIZED=options.prior_normalized, KL=options.kl,
+                      TINY=uniform.tiny, ONE_MINUS_EPS=1 - uniform.eps,
+                      LOG_TINY=math.log(torch.finfo(_compute_dtype(scores.dtype)).tiny))
+    return inputs, constants, constexprs
 
 
-class _EdgeBAM(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, scores: Tensor, prior_logits: Optional[Tensor], noise: Optional[Tensor], ptr: Tensor,
-                config: _Config, seed: Tensor, offset: int) -> Tuple[Tensor, Tensor]:
-        num_nodes, heads = ptr.numel() - 1, scores.shape[1]
-        weights = torch.empty_like(scores)
-        compute = torch.promote_types(scores.dtype, torch.float32)
-        lse = scores.new_empty(num_nodes, 3, heads, dtype=compute)
-        kl = scores.new_zeros(num_nodes, dtype=compute)
-        block_e, block_h = _blocks(heads)
-        dummy = scores
-        inputs = (scores, dummy if prior_logits is None else prior_logits, dummy if noise is None else noise, ptr)
-        constants = (seed, offset, config.scale, *config.c)
-        blocks = dict(H=heads, BLOCK_E=block_e, BLOCK_H=block_h, **config.constexprs())
-        launch("edge_bam", _edge_bam_fwd, (num_nodes,), *inputs, weights, lse, kl, *constants, **blocks)
-        if any(ctx.needs_input_grad[:2]):  # the backward kernel, with stand-ins of the gradients' dtypes
-            key = (scores.dtype, tuple(blocks.items()), config.centred, int_key(num_nodes))
-            for grad_w in (True, False):
-                precompile("edge_bam", key + (grad_w,), _edge_bam_bwd, (1,), *inputs, lse, weights, kl, weights,
-                           inputs[1], *constants, CENTRED=config.centred, GRAD_W=grad_w, **blocks)
-        ctx.save_for_backward(scores, prior_logits, noise, ptr, lse, seed)
-        ctx.config, ctx.offset = config, offset
-        return weights, kl
+def forward(scores: Tensor, prior_logits: Optional[Tensor], noise: Optional[Tensor], ptr: Tensor, seed: Tensor,
+            *options) -> Tuple[Tensor, Tensor, Tensor]:
+    """``(weights, mean KL, lse)`` of contiguous ``scores [num_edges, heads]`` over the segments of ``ptr``
+    (``lse [nodes, 3, heads]``: the log-sum-exps the backward pass reads), :class:`Options` ``options``. No
+    autograd: the operator :func:`edge_bam_op` wraps this and :func:`backward`. The backward kernel is
+    compiled and loaded here too, so that one that cannot run here fails in the forward."""
+    options = Options(*options)
+    num_nodes = ptr.numel() - 1
+    weights = torch.empty_like(scores)
+    lse = scores.new_empty(num_nodes, 3, scores.shape[1], dtype=_compute_dtype(scores.dtype))
+    kl = scores.new_empty(num_nodes, dtype=lse.dtype)
+    if num_nodes:  # (without a node there is no edge either, and no program to launch)
+        inputs, constants, constexprs = _launch_args(scores, prior_logits, noise, options)
+        launch("edge_bam", _edge_bam_fwd, (num_nodes,), *inputs, ptr, weights, lse, kl, seed, *constants,
+               **constexprs)
+        key = (scores.dtype, tuple(constexprs.items()), options.centred, int_key(num_nodes))
+        for grad_w in (True, False):  # the backward kernel, with stand-ins of the gradients' dtypes
+            precompile("edge_bam", key + (grad_w,), _edge_bam_bwd, (1,), *inputs, ptr, lse, weights, kl, weights,
+                       inputs[1], seed, *constants, CENTRED=options.centred, GRAD_W=grad_w, **constexprs)
+    return weights, kl.sum(), lse
 
-    @staticmethod
-    def backward(ctx, grad_weights: Optional[Tensor], grad_kl: Optional[Tensor]):
-        scores, prior_logits, noise, ptr, lse, seed = ctx.saved_tensors
-        config = ctx.config
-        num_nodes, heads = ptr.numel() - 1, scores.shape[1]
-        d_scores = torch.empty_like(scores)
-        d_prior = None if prior_logits is None else torch.empty_like(prior_logits)
-        block_e, block_h = _blocks(heads)
-        dummy = scores
-        launch("edge_bam", _edge_bam_bwd, (num_nodes,),
-               scores, dummy if prior_logits is None else prior_logits, dummy if noise is None else noise,
-               ptr, lse, dummy if grad_weights is None else grad_weights.contiguous(),
-               lse.new_zeros(num_nodes) if grad_kl is None else grad_kl.contiguous(), d_scores,
-               dummy if d_prior is None else d_prior,
-               seed, ctx.offset, config.scale, *config.c,
-               H=heads, BLOCK_E=block_e, BLOCK_H=block_h, CENTRED=config.centred,
-               GRAD_W=grad_weights is not None, **config.constexprs())
-        return d_scores, d_prior, None, None, None, None, None
+
+def backward(scores: Tensor, prior_logits: Optional[Tensor], noise: Optional[Tensor], ptr: Tensor, seed: Tensor,
+             lse: Tensor, grad_weights: Optional[Tensor], grad_kl: Optional[Tensor],
+             *options) -> Tuple[Tensor, Tensor]:
+    """``(d scores, d prior logits)`` of :func:`forward` for the gradients of its weights and mean KL (None:
+    zero); the prior's is empty without prior logits."""
+    options = Options(*options)
+    num_nodes = ptr.numel() - 1
+    d_scores = torch.empty_like(scores)
+    d_prior = scores.new_empty(0) if prior_logits is None else torch.empty_like(prior_logits)
+    if num_nodes:
+        inputs, constants, constexprs = _launch_args(scores, prior_logits, noise, options)
+        launch("edge_bam", _edge_bam_bwd, (num_nodes,), *inputs, ptr, lse,
+               scores if grad_weights is None else grad_weights.contiguous(),
+               lse.new_zeros(()) if grad_kl is None else grad_kl, d_scores,
+               scores if prior_logits is None else d_prior, seed, *constants, CENTRED=options.centred,
+               GRAD_W=grad_weights is not None, **constexprs)
+    return d_scores, d_prior
+
+
+@torch.library.custom_op("attention_suite::edge_bam", mutates_args=())
+def edge_bam_op(scores: Tensor, prior_logits: Optional[Tensor], noise: Optional[Tensor], ptr: Tensor, seed: Tensor,
+                noise_kind: int, scale: float, prior: bool, prior_normalized: bool, kl: int, c0: float, c1: float,
+                c2: float, const: float, centred: bool) -> tuple[Tensor, Tensor, Tensor]:
+    """:func:`forward` as the custom operator ``torch.ops.attention_suite.edge_bam`` (the arguments after
+    ``seed`` are :class:`Options`); its gradient is ``attention_suite::edge_bam_backward``."""
+    return forward(scores, prior_logits, noise, ptr, seed, noise_kind, scale, prior, prior_normalized, kl, c0, c1,
+                   c2, const, centred)
+
+
+@edge_bam_op.register_fake
+def _(scores, prior_logits, noise, ptr, seed, *options):
+    compute = _compute_dtype(scores.dtype)
+    return (torch.empty_like(scores), scores.new_empty((), dtype=compute),
+            scores.new_empty(ptr.shape[0] - 1, 3, scores.shape[1], dtype=compute))
+
+
+@torch.library.custom_op("attention_suite::edge_bam_backward", mutates_args=())
+def edge_bam_backward_op(scores: Tensor, prior_logits: Optional[Tensor], noise: Optional[Tensor], ptr: Tensor,
+                         seed: Tensor, lse: Tensor, grad_weights: Optional[Tensor], grad_kl: Optional[Tensor],
+                         noise_kind: int, scale: float, prior: bool, prior_normalized: bool, kl: int, c0: float,
+                         c1: float, c2: float, const: float, centred: bool) -> tuple[Tensor, Tensor]:
+    """:func:`backward` as the custom operator ``torch.ops.attention_suite.edge_bam_backward``."""
+    return backward(scores, prior_logits, noise, ptr, seed, lse, grad_weights, grad_kl, noise_kind, scale, prior,
+                    prior_normalized, kl, c0, c1, c2, const, centred)
+
+
+@edge_bam_backward_op.register_fake
+def _(scores, prior_logits, noise, ptr, seed, lse, grad_weights, grad_kl, *options):
+    return torch.empty_like(scores), scores.new_empty(0) if prior_logits is None else torch.empty_like(prior_logits)
+
+
+def _setup(ctx, inputs, output):
+    scores, prior_logits, noise, ptr, seed, *options = inputs
+    ctx.save_for_backward(scores, prior_logits, noise, ptr, seed, output[2])
+    ctx.options = options
+    ctx.set_materialize_grads(False)  # no zeros for the log-sum-exps' gradient (nor an unused output's)
+
+
+def _gradient(ctx, grad_weights, grad_kl, grad_lse):
+    scores, prior_logits, noise, ptr, seed, lse = ctx.saved_tensors
+    d_scores, d_prior = edge_bam_backward_op(scores, prior_logits, noise, ptr, seed, lse, grad_weights, grad_kl,
+                                             *ctx.options)
+    return d_scores, None if prior_logits is None else d_prior, *([None] * (3 + len(ctx.options)))
+
+
+edge_bam_op.register_autograd(_gradient, setup_context=_setup)
 
 
 def edge_bam(bam, scores: Tensor, ptr: Tensor, prior_logits: Optional[Tensor] = None, *,
              noise: Optional[Tensor] = None, sampling: bool = True, with_kl: bool = True,
-             seed: Optional[Union[int, Tensor]] = None, offset: int = 0) -> Tuple[Tensor, Optional[Tensor]]:
+             seed: Optional[Union[int, Tensor]] = None) -> Tuple[Tensor, Optional[Tensor]]:
     """The weights and the mean KL of :class:`~common.attention.bam.BAM` ``bam`` over
-    target-sorted edges, by the fused kernels.
+    target-sorted edges, by the fused kernels (the operator :func:`edge_bam_op`).
 
     Args:
         scores: ``[num_edges, heads]``, in the order of ``ptr``.
@@ -338,28 +405,25 @@ def edge_bam(bam, scores: Tensor, ptr: Tensor, prior_logits: Optional[Tensor] = 
         prior_logits: ``[num_edges, heads]`` contextual prior logits (contextual priors only).
         noise: the standard log-noise (``log(-log u)`` or ``eps``, ``[num_edges, heads]``);
             ``None`` draws it in the kernel from Philox at ``seed`` (an int or a one-element integer
-            tensor) and ``offset``; ``seed`` defaults to one drawn on the device from torch's
-            generator, so ``torch.manual_seed`` repeats it and nothing is read back to the host.
+            tensor); ``seed`` defaults to one drawn on the device from torch's generator, so
+            ``torch.manual_seed`` repeats it and nothing is read back to the host.
         sampling: ``False`` gives the posterior mean (softmax) and no noise.
         with_kl: whether to compute the KL (``None`` is returned otherwise).
     """
     if scores.dim() != 2 or (prior_logits is not None and prior_logits.shape != scores.shape):
         raise ValueError(f"edge_bam takes scores [num_edges, heads] and prior logits of the same shape, got "
                          f"{tuple(scores.shape)} and {None if prior_logits is None else tuple(prior_logits.shape)}")
-    config = _Config(bam, sampling, with_kl, noise is not None, scores.dtype)
-    if config.prior and prior_logits is None:
+    options = Options.of(bam, sampling, with_kl, noise is not None)
+    if options.prior and prior_logits is None:
         raise ValueError(f"{bam.extra_repr()}: a contextual prior needs prior_logits=...")
     if seed is None:
         seed = torch.randint(0, 2**31 - 1, (1,), device=scores.device)
     elif not isinstance(seed, Tensor):
         seed = torch.full((1,), int(seed), dtype=torch.int64, device=scores.device)  # no host-to-device copy
-    scores = scores.contiguous()
-    prior_logits = prior_logits.contiguous() if config.prior else None
-    noise = noise.to(scores.dtype).contiguous() if config.noise == NOISE_GIVEN else None
-    weights, kl = _EdgeBAM.apply(scores, prior_logits, noise, ptr.contiguous(), config, seed, offset)
-    if not with_kl:
-        return weights, None
-    return weights, kl.sum() / max(scores.numel(), 1) + config.const
+    prior_logits = prior_logits.contiguous() if options.prior else None
+    noise = noise.to(scores.dtype).contiguous() if options.noise == NOISE_GIVEN else None
+    weights, kl, _ = edge_bam_op(scores.contiguous(), prior_logits, noise, ptr.contiguous(), seed, *options)
+    return weights, kl if with_kl else None
 
 
 def bam_normalize(bam, scores: Tensor, groups, keys=None, key_index=None, noise: Optional[Tensor] = None) -> Tensor:
@@ -367,16 +431,16 @@ def bam_normalize(bam, scores: Tensor, groups, keys=None, key_index=None, noise:
     CSR pointer (``groups.ptr``), by :func:`edge_bam`: the same weights and ``"bam_kl"``."""
     from ..aux import add_aux_loss, collecting
 
-    flat = scores.dim() == 1
-    scores2d = scores.view(-1, 1) if flat else scores
+    def as_2d(x: Tensor) -> Tensor:  # [num_edges, heads]
+        x = x if x.shape == scores.shape else x.expand_as(scores)
+        return x.view(-1, 1) if x.dim() == 1 else x
+
     with_kl = collecting()
     prior_logits = None
     if with_kl and bam.prior_net is not None:
-        prior_logits = bam._prior_logits(scores, groups, keys, key_index).expand_as(scores).reshape(scores2d.shape)
-    if noise is not None:
-        noise = noise.reshape(scores2d.shape)
-    weights, kl = edge_bam(bam, scores2d, groups.ptr, prior_logits, noise=noise, sampling=bam.sampling,
-                           with_kl=with_kl)
+        prior_logits = as_2d(bam._prior_logits(scores, groups, keys, key_index))
+    weights, kl = edge_bam(bam, as_2d(scores), groups.ptr, prior_logits, noise=None if noise is None else as_2d(noise),
+                           sampling=bam.sampling, with_kl=with_kl)
     if with_kl:
         add_aux_loss("bam_kl", kl)
-    return weights.view_as(scores)
+    return weights if weights.shape == scores.shape else weights.view_as(scores)

@@ -204,7 +204,8 @@ def _warps(block: int) -> int:
     return 1 if block <= 256 else 4 if block <= 2048 else 8
 
 
-def _power_mode(alpha: Union[float, Tensor]) -> int:
+def power_mode(alpha: Union[float, Tensor]) -> int:
+    """The kernels' ``POWER`` for ``alpha``: 1 sparsemax, 2 1.5-entmax (exact on the support), 0 any other."""
     if isinstance(alpha, Tensor):
         return 0
     return {2.0: 1, 1.5: 2}.get(float(alpha), 0)
@@ -283,7 +284,7 @@ def entmax_bisect_dense(scores: Tensor, alpha: Union[float, Tensor], mask: Optio
     ``alpha``: a float, a one-element tensor, or one per head for ``scores [..., heads, queries, keys]``.
     """
     x, a, layout = _dense(scores, alpha, mask)
-    return _EntmaxBisect.apply(x, a, layout, n_iter, _power_mode(alpha)).view(scores.shape)
+    return _EntmaxBisect.apply(x, a, layout, n_iter, power_mode(alpha)).view(scores.shape)
 
 
 def dense_forward(scores: Tensor, alpha: Tensor, mask: Optional[Tensor], n_iter: int, power: int) -> Tensor:
@@ -315,12 +316,9 @@ def _dense(scores: Tensor, alpha: Union[float, Tensor], mask: Optional[Tensor]):
     return x, a, layout
 
 
-def entmax_bisect_csr(scores: Tensor, alpha: Union[float, Tensor], ptr: Tensor, n_iter: int = 31) -> Tensor:
-    """alpha-entmax of edge-wise ``scores [num_edges, heads]`` (or ``[num_edges]``) sorted by target.
-
-    ``ptr [num_nodes + 1]`` is the CSR pointer; ``alpha`` a float, one value, or one per head.
-    A program holds about twice the mean degree in registers (at most :data:`CSR_BLOCK`).
-    """
+def _csr(scores: Tensor, alpha: Tensor, ptr: Tensor):
+    """The contiguous ``scores``, the flat alpha and the layout of edge-wise groups: one per (node, head)
+    segment, holding about twice the mean degree in registers (at most :data:`CSR_BLOCK`)."""
     x = scores.contiguous()
     heads = x.shape[1] if x.dim() > 1 else 1
     a = _as_alpha(alpha, x)
@@ -330,7 +328,72 @@ def entmax_bisect_csr(scores: Tensor, alpha: Union[float, Tensor], ptr: Tensor, 
     mean_degree = -(-x.shape[0] // max(nodes, 1))
     layout = _Layout(nodes * heads, 0, heads, ptr.to(torch.long).contiguous(), _block(2 * mean_degree, CSR_BLOCK),
                      1, heads)
-    return _EntmaxBisect.apply(x, a, layout, n_iter, _power_mode(alpha))
+    return x, a, layout
+
+
+def csr_forward(scores: Tensor, ptr: Tensor, alpha: Union[float, Tensor], n_iter: int, power: int) -> Tensor:
+    """:func:`entmax_bisect_csr` without autograd (the operator's forward); the backward kernel is compiled and
+    loaded too, so that one that cannot run here fails in the forward."""
+    x, a, layout = _csr(scores, alpha, ptr)
+    return _forward(x, a, layout, n_iter, power, with_backward=True)
+
+
+@torch.library.custom_op("attention_suite::entmax_csr", mutates_args=())
+def csr_entmax(scores: Tensor, ptr: Tensor, alpha: Tensor, n_iter: int, power: int) -> Tensor:
+    """:func:`csr_forward` as the custom operator ``torch.ops.attention_suite.entmax_csr`` (``power`` 0: any
+    alpha, 1: sparsemax, 2: 1.5-entmax); its gradient is ``attention_suite::entmax_csr_backward``."""
+    return csr_forward(scores, ptr, alpha, n_iter, power)
+
+
+@csr_entmax.register_fake
+def _(scores, ptr, alpha, n_iter, power):
+    return torch.empty_like(scores)
+
+
+def csr_backward(weights: Tensor, grad: Tensor, ptr: Tensor, alpha: Union[float, Tensor], power: int,
+                 alpha_grad: bool):
+    """``(d scores, d alpha or None)`` of :func:`csr_forward`'s ``weights`` for the upstream ``grad``."""
+    x, a, layout = _csr(weights, alpha, ptr)
+    return _backward(x, grad, a, layout, power, alpha_grad)
+
+
+@torch.library.custom_op("attention_suite::entmax_csr_backward", mutates_args=())
+def csr_entmax_backward(weights: Tensor, grad: Tensor, ptr: Tensor, alpha: Tensor, power: int,
+                        alpha_grad: bool) -> tuple[Tensor, Tensor]:
+    """:func:`csr_backward` as the custom operator ``torch.ops.attention_suite.entmax_csr_backward``; ``d alpha``
+    is empty without ``alpha_grad``."""
+    dx, d_alpha = csr_backward(weights, grad, ptr, alpha, power, alpha_grad)
+    return dx, alpha.new_empty(0) if d_alpha is None else d_alpha.view(alpha.shape)
+
+
+@csr_entmax_backward.register_fake
+def _(weights, grad, ptr, alpha, power, alpha_grad):
+    return torch.empty_like(weights), torch.empty_like(alpha) if alpha_grad else alpha.new_empty(0)
+
+
+def _csr_setup(ctx, inputs, output):
+    _, ptr, alpha, _, power = inputs
+    ctx.save_for_backward(output, ptr, alpha)
+    ctx.power = power
+
+
+def _csr_gradient(ctx, grad):
+    weights, ptr, alpha = ctx.saved_tensors
+    alpha_grad = ctx.needs_input_grad[2]
+    d_scores, d_alpha = csr_entmax_backward(weights, grad, ptr, alpha, ctx.power, alpha_grad)
+    return d_scores, None, d_alpha if alpha_grad else None, None, None
+
+
+csr_entmax.register_autograd(_csr_gradient, setup_context=_csr_setup)
+
+
+def entmax_bisect_csr(scores: Tensor, alpha: Union[float, Tensor], ptr: Tensor, n_iter: int = 31) -> Tensor:
+    """alpha-entmax of edge-wise ``scores [num_edges, heads]`` (or ``[num_edges]``) sorted by target, by the
+    operator :func:`csr_entmax`.
+
+    ``ptr [num_nodes + 1]`` is the CSR pointer; ``alpha`` a float, one value, or one per head.
+    """
+    return csr_entmax(scores.contiguous(), ptr, _as_alpha(alpha, scores), n_iter, power_mode(alpha))
 
 
 def entmax_bisect_groups(scores: Tensor, alpha: Union[float, Tensor], groups, n_iter: int) -> Tensor:
@@ -350,5 +413,6 @@ def entmax_bisect_groups(scores: Tensor, alpha: Union[float, Tensor], groups, n_
     return weights if order is None else torch.zeros_like(weights).index_copy(0, order, weights)
 
 
-__all__ = ["CSR_BLOCK", "DENSE_BLOCK", "dense_backward", "dense_forward", "entmax_bisect_csr", "entmax_bisect_dense",
-           "entmax_bisect_groups"]
+__all__ = ["CSR_BLOCK", "DENSE_BLOCK", "csr_backward", "csr_entmax", "csr_entmax_backward", "csr_forward",
+           "dense_backward", "dense_forward", "entmax_bisect_csr", "entmax_bisect_dense", "entmax_bisect_groups",
+           "power_mode"]
