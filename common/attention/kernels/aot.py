@@ -8,12 +8,15 @@ Triton binds a real one (argument types, the divisibility-by-16 specialisations,
 ``num_warps``/``num_stages``), then compiled with ``triton.compile`` for a CUDA target. The cubin's
 resource usage comes from ``cuobjdump`` (shipped in Triton's wheel): registers per thread, the
 per-thread stack (local memory: the register spills) and the shared memory, checked against the
-architecture's limit.
+architecture's limit. With ``--sass`` each launch's SASS is analysed too (:mod:`common.attention.kernels.sass`:
+instructions, MUFU, integer and tensor-core operations per score element, barriers, replication, an H100
+roofline), and every case's forward and backward launches are summed into one call.
 
-    python -m common.attention.kernels.aot --arch 80 90 --out kernel_resources.json
+    python -m common.attention.kernels.aot --arch 80 90 --sass --out kernel_resources.json
 
-The exit status is 1 when a launch fails to compile, spills, or needs more shared memory than its
-target has. ``TRITON_INTERPRET`` must be unset (the recorder replaces real launches).
+The exit status is 1 when a launch fails to compile, spills, needs more shared memory than its target has, or
+(with ``--sass``) is a bfloat16/float16 score-tile kernel whose main loop has no tensor-core MMA.
+``TRITON_INTERPRET`` must be unset (the recorder replaces real launches).
 """
 from __future__ import annotations
 
@@ -50,9 +53,12 @@ class Launch:
                      sorted(self.attrs.items(), key=str), sorted(self.options.items(), key=str)))
 
     def describe(self) -> dict:
+        from triton.runtime.jit import _triton_jit_function_registry
+
+        names = _triton_jit_function_registry[self.kernel].arg_names
         types = sorted({t for t in self.signature.values() if t.startswith("*")})
         return {"kernel": self.kernel.split(":")[-1], "pointers": types,
-                "constexprs": {str(k[0] if isinstance(k, tuple) and len(k) == 1 else k): _plain(v)
+                "constexprs": {names[k[0]] if isinstance(k, tuple) and len(k) == 1 else str(k): _plain(v)
                                for k, v in self.constexprs.items()},
                 "num_warps": self.options.get("num_warps"), "num_stages": self.options.get("num_stages")}
 
@@ -201,22 +207,47 @@ def _entmax_cases() -> Iterator[tuple[str, Callable[[], None]]]:
                 yield name, run
 
 
-CASE_FAMILIES = {"dense-bam": _dense_bam_cases, "edge-bam": _edge_bam_cases, "entmax": _entmax_cases}
+def _reference_flash_cases() -> Iterator[tuple[str, Callable[[], None]]]:
+    import torch
+
+    from .reference_flash import backward, forward
+
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        for d in (64, 128):
+            for causal in (False, True):
+                name = f"reference-flash {str(dtype)[6:]} d={d} L=4096 BH=64 {'causal' if causal else 'full'}"
+
+                def run(dtype=dtype, d=d, causal=causal):
+                    q, k, v = (torch.empty(4, 16, 4096, d, device="meta", dtype=dtype) for _ in range(3))
+                    out, lse = forward(q, k, v, causal, d ** -0.5)
+                    backward(q, k, v, out, lse, torch.empty_like(out), causal, d ** -0.5)
+                yield name, run
+
+
+CASE_FAMILIES = {"dense-bam": _dense_bam_cases, "edge-bam": _edge_bam_cases, "entmax": _entmax_cases,
+                 "reference-flash": _reference_flash_cases}
+
+
+def matches(name: str, pattern: str) -> bool:
+    """Whether every ``&``-separated part of ``pattern`` occurs in the case name ``name``."""
+    return all(part in name for part in pattern.split("&"))
 
 
 def collect(families=tuple(CASE_FAMILIES), arch: int = 90, match=()) -> list:
-    """The distinct launches of every case of ``families`` (whose name contains one of the strings of
+    """The distinct launches of every case of ``families`` (whose name :func:`matches` one of the patterns of
     ``match``, when given), each with the names of its cases."""
     distinct: dict = {}
     match = (match,) if isinstance(match, str) else tuple(match)
     for family in families:
         for name, run in CASE_FAMILIES[family]():
-            if match and not any(part in name for part in match):
+            if match and not any(matches(name, pattern) for pattern in match):
                 continue
             with recording(arch) as launches:
                 run()
-            for launch in launches:
-                distinct.setdefault(launch.key(), launch).cases.append(name)
+            for launch in launches:  # a forward precompiles its backward kernels: a case may launch one twice
+                cases = distinct.setdefault(launch.key(), launch).cases
+                if name not in cases:
+                    cases.append(name)
     return list(distinct.values())
 
 
@@ -235,6 +266,7 @@ class Report:
     shared_limit: Optional[int] = None
     seconds: float = 0.0
     error: Optional[str] = None
+    sass: Optional[dict] = None  # with --sass: common.attention.kernels.sass.analyse
 
 
 def resource_usage(cubin: bytes) -> dict:
@@ -251,8 +283,9 @@ def resource_usage(cubin: bytes) -> dict:
             if key in ("REG", "STACK", "SHARED", "LOCAL")}
 
 
-def compile_launch(launch: Launch, arch: int) -> Report:
-    """Compile ``launch`` for ``sm_<arch>`` and read its resources (a failed compile is a report too)."""
+def compile_launch(launch: Launch, arch: int, sass: bool = False) -> Report:
+    """Compile ``launch`` for ``sm_<arch>`` and read its resources, and its SASS when ``sass`` (a failed compile
+    is a report too)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -273,6 +306,12 @@ def compile_launch(launch: Launch, arch: int) -> Report:
             problems.append(f"{report.spill_bytes} bytes of stack (spilled registers) per thread")
         if report.shared_limit is not None and report.shared_bytes > report.shared_limit:
             problems.append(f"{report.shared_bytes} bytes of shared memory > {report.shared_limit}")
+        if sass:
+            from . import sass as sass_report
+            report.sass = sass_report.analyse(sass_report.disassemble(kernel.asm["cubin"]), kernel.asm["ttgir"],
+                                              report.launch["num_warps"], report.launch["constexprs"])
+            if sass_report.missing_mma(report.sass, report.launch["pointers"]):
+                problems.append("no tensor-core MMA in the main loop of a bf16/fp16 score-tile kernel")
         report.ok, report.error = not problems, "; ".join(problems) or None
     except Exception as err:  # a compile failure is a result, not a crash of the check
         report.error = f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}"
@@ -280,11 +319,11 @@ def compile_launch(launch: Launch, arch: int) -> Report:
     return report
 
 
-def _compile_in_child(launch: Launch, arch: int, conn, log_path: str) -> None:
+def _compile_in_child(launch: Launch, arch: int, sass: bool, conn, log_path: str) -> None:
     """A forked child's work: compile, send the report; LLVM aborts go to ``log_path``, not the terminal."""
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     os.dup2(fd, 2)
-    conn.send(asdict(compile_launch(launch, arch)))
+    conn.send(asdict(compile_launch(launch, arch, sass)))
     conn.close()
 
 
@@ -293,11 +332,11 @@ def _isolated(job) -> dict:
     some inputs) becomes a failed report instead of ending the check."""
     import multiprocessing
 
-    launch, arch = job
+    launch, arch, sass = job
     context = multiprocessing.get_context("fork")
     receive, send = context.Pipe(duplex=False)
     with tempfile.NamedTemporaryFile(suffix=".log") as log:
-        child = context.Process(target=_compile_in_child, args=(launch, arch, send, log.name))
+        child = context.Process(target=_compile_in_child, args=(launch, arch, sass, send, log.name))
         child.start()
         send.close()
         try:
@@ -314,11 +353,12 @@ def _isolated(job) -> dict:
 
 
 def check(arches=ARCHES, families=tuple(CASE_FAMILIES), jobs: Optional[int] = None,
-          progress: Callable[[dict], None] = lambda report: None, match=()) -> list:
-    """Reports (as dicts) for every distinct launch of ``families`` on every architecture of ``arches``."""
+          progress: Callable[[dict], None] = lambda report: None, match=(), sass: bool = False) -> list:
+    """Reports (as dicts) for every distinct launch of ``families`` on every architecture of ``arches``, with
+    their SASS analysed when ``sass``."""
     from concurrent.futures import ThreadPoolExecutor
 
-    work = [(launch, arch) for arch in arches for launch in collect(families, arch, match)]
+    work = [(launch, arch, sass) for arch in arches for launch in collect(families, arch, match)]
     reports = []
     with ThreadPoolExecutor(jobs or os.cpu_count() or 1) as pool:  # each thread forks one compile at a time
         for report in pool.map(_isolated, work):
@@ -328,7 +368,10 @@ def check(arches=ARCHES, families=tuple(CASE_FAMILIES), jobs: Optional[int] = No
 
 
 def summary(reports: list) -> dict:
-    """Counts: launches compiled, failed, spilling, over the shared-memory limit; the worst of each."""
+    """Counts: launches compiled, failed, spilling, over the shared-memory limit, without the tensor cores they
+    need (with ``--sass``); the worst of each."""
+    from .sass import missing_mma
+
     compiled = [r for r in reports if r["registers"] is not None]
     return {
         "launches": len(reports),
@@ -338,6 +381,7 @@ def summary(reports: list) -> dict:
         "over_shared_limit": sum(1 for r in compiled if r["shared_limit"] and r["shared_bytes"] > r["shared_limit"]),
         "max_registers": max((r["registers"] for r in compiled), default=None),
         "max_shared_bytes": max((r["shared_bytes"] for r in compiled), default=None),
+        "missing_mma": sum(1 for r in compiled if r["sass"] and missing_mma(r["sass"], r["launch"]["pointers"])),
         "ok": all(r["ok"] for r in reports),
     }
 
@@ -350,7 +394,11 @@ def main(argv: Optional[list] = None) -> int:
     parser.add_argument("--family", nargs="+", default=list(CASE_FAMILIES), choices=list(CASE_FAMILIES),
                         help="which kernels (default: all)")
     parser.add_argument("--match", nargs="+", default=(),
-                        help="only the cases whose name contains one of these (e.g. 'bfloat16 d=128')")
+                        help="only the cases whose name contains one of these (e.g. 'bfloat16 d=128'); parts joined "
+                             "by '&' must all occur (e.g. 'bfloat16 d=64&L=16384&weibull')")
+    parser.add_argument("--sass", action="store_true",
+                        help="analyse each launch's SASS and sum each case's launches (instructions, MUFU, integer "
+                             "and tensor-core operations per score element, barriers, H100 roofline)")
     parser.add_argument("--jobs", type=int, default=None, help="parallel compiles (default: the CPU count)")
     parser.add_argument("--out", default=None, help="write the reports and the summary as JSON here")
     args = parser.parse_args(argv)
@@ -361,17 +409,35 @@ def main(argv: Optional[list] = None) -> int:
         status = "ok" if report["ok"] else f"FAIL ({report['error']})"
         print(f"sm_{report['arch']} {launch['kernel']:<14} warps={launch['num_warps']} "
               f"regs={report['registers']} spill={report['spill_bytes']} shared={report['shared_bytes']} "
-              f"{report['seconds']}s {status} [{report['cases'][0]}{' +' if len(report['cases']) > 1 else ''}]",
-              flush=True)
+              f"{_sass_line(report['sass'])}{report['seconds']}s {status} "
+              f"[{report['cases'][0]}{' +' if len(report['cases']) > 1 else ''}]", flush=True)
 
-    reports = check(args.arch, args.family, args.jobs, progress, args.match)
+    reports = check(args.arch, args.family, args.jobs, progress, args.match, args.sass)
     result = {"summary": summary(reports), "reports": reports}
+    if args.sass:
+        from .sass import calls, family_summary
+        result["calls"] = calls(reports)
+        result["families"] = family_summary(result["calls"])
+        for row in result["families"]:
+            print(f"sm_{row['arch']} {row['family']} {row['dtype']} d={row['head_dim']}: forward+backward "
+                  f"{row['min_instructions_per_element']}-{row['max_instructions_per_element']} instructions per "
+                  f"score element over {row['calls']} calls, H100 bound <= {row['max_bound_ps']} ps per element "
+                  f"(most: {row['max_case']})")
     print(json.dumps(result["summary"]))
     if args.out:
         from ...utils.io import atomic_write_json
         atomic_write_json(args.out, result)
     return 0 if result["summary"]["ok"] else 1
 
+
+def _sass_line(sass: Optional[dict]) -> str:
+    """The per-element numbers of a launch's SASS report for the progress line ('' without one)."""
+    if not sass or not sass["per_element"]:
+        return f"loops={sass['loops']} " if sass else ""
+    e = sass["per_element"]
+    return (f"insn/elem={e['instructions']:.1f} mufu={e['mufu']:.2f} int={e['integer']:.1f} mma={e['mma']:.3f} "
+            f"bar/iter={sass['barriers_per_iteration']} repl={sass['mma_replication']} "
+            f"bound={sass['bound_ps']}ps({sass['binding']}) ")
 
 if __name__ == "__main__":
     sys.exit(main())
