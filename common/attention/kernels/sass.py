@@ -87,7 +87,8 @@ def disassemble(cubin: bytes) -> str:
 
 def parse(sass: str) -> list:
     """The instructions of a SASS listing, in address order (predicates dropped)."""
-    return [Instruction(int(address, 16), opcode, operands.strip()) for address, opcode, operands in _LINE.findall(sass)]
+    return [Instruction(int(address, 16), opcode, operands.strip())
+            for address, opcode, operands in _LINE.findall(sass)]
 
 
 def loops(instructions: list) -> list:
@@ -95,10 +96,10 @@ def loops(instructions: list) -> list:
     index = {ins.address: i for i, ins in enumerate(instructions)}
     found = []
     for i, ins in enumerate(instructions):
-        if ins.base == "BRA":
-            target = re.match(r"(0x[0-9a-f]+)", ins.operands)
-            if target and int(target.group(1), 16) < ins.address and int(target.group(1), 16) in index:
-                found.append((index[int(target.group(1), 16)], i))
+        if ins.base == "BRA" and (target := re.match(r"0x[0-9a-f]+", ins.operands)):
+            address = int(target.group(0), 16)
+            if address < ins.address and address in index:
+                found.append((index[address], i))
     return found
 
 
