@@ -157,12 +157,12 @@ def meta_as_gpu(monkeypatch):
 
 def custom_operators() -> list:
     """The suite's custom operators (``torch.ops.attention_suite.*``), from torch's registry once the modules
-    defining them are imported (the kernel modules where Triton is installed)."""
+    defining them are imported (the CSR entmax kernels' where Triton is installed)."""
     import common.attention.dense_bam  # noqa: F401
+    import common.attention.edge_bam  # noqa: F401
     import common.attention.entmax  # noqa: F401
     from common.attention import kernels
     if kernels.triton_available():
-        import common.attention.kernels.edge_bam  # noqa: F401
         import common.attention.kernels.entmax_bisect  # noqa: F401
     return [op for name, op in custom_ops.OPDEFS.items() if name.startswith("attention_suite::")]
 

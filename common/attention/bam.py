@@ -27,11 +27,12 @@ from typing import Optional
 import torch
 from torch import Tensor, nn
 
+from . import edge_bam
 from .aux import add_aux_loss, collecting
 from .base import Normalizer
 from .functional import EULER_GAMMA, lgamma_digamma_positive, lognormal_log_noise, weibull_log_noise
 from .groups import EdgeGroups, make_groups
-from .kernels import KernelFailure, fall_back, use_triton
+from .kernels import KernelFailure, fall_back
 
 POSTERIORS = ("weibull", "lognormal")
 PRIORS = ("fixed", "contextual")
@@ -165,11 +166,9 @@ class BAM(Normalizer):
     def normalize(self, scores: Tensor, groups, keys=None, key_index=None, noise: Optional[Tensor] = None) -> Tensor:
         """``noise``: the standard log-noise to use instead of a fresh draw (``log(-log u)`` or
         ``eps``, shaped like ``scores``), e.g. to compare with the fused kernels."""
-        if isinstance(groups, EdgeGroups) and groups.ptr is not None and scores.dim() <= 2 \
-                and use_triton(scores, "edge_bam", behind_op=True):  # [num_edges(, heads)] sorted by target
-            from .kernels.edge_bam import bam_normalize
-            try:
-                return bam_normalize(self, scores, groups, keys, key_index, noise)
+        if isinstance(groups, EdgeGroups) and groups.ptr is not None and edge_bam.fused(scores):
+            try:  # the fused kernels over the target-sorted edges
+                return edge_bam.bam_normalize(self, scores, groups, keys, key_index, noise)
             except KernelFailure as failure:  # cannot compile or run on this GPU: warn once, PyTorch path from now on
                 fall_back(failure)
         if self.sampling:

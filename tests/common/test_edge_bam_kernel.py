@@ -1,4 +1,5 @@
-"""The fused edge-wise BAM kernels against the PyTorch path (Triton's interpreter on CPU).
+"""The fused edge-wise BAM kernels against the PyTorch path: the Triton kernels (in Triton's
+interpreter) and the C kernels of the CPU.
 
 Graphs are small (the interpreter runs one Python loop per target node) but hold every kind
 of segment: empty (isolated nodes), one edge, a few edges and a degree-1000 hub.
@@ -11,9 +12,7 @@ from torch_geometric.index import index2ptr
 
 from common import attention
 from common.attention.groups import EdgeGroups
-from common.attention.kernels import triton_available
-
-pytestmark = pytest.mark.skipif(not triton_available(), reason="needs triton")
+from common.attention.kernels import cpu_edge_bam, triton_available
 
 BAM_VARIANTS = ["bam-wf", "bam-wc", "bam-lf", "bam-lc"]
 HEADS, KEY_DIM = 3, 4
@@ -29,11 +28,23 @@ def graph(degrees):
 
 SMALL = [0, 1, 3, 0, 7, 1, 2, 0, 5]  # isolated nodes, one-edge segments, small ones
 HUB = [1, 0, 1000, 2]  # a degree-1000 hub: many tiles in one segment
+#: The environment of each path: the PyTorch reference, the Triton kernels, the C kernels.
+PATHS = {"pytorch": {"ATTN_TRITON": "0", "ATTN_CPU_KERNELS": "0"}, "triton": {"ATTN_TRITON": "1"},
+         "cpu": {"ATTN_TRITON": "0", "ATTN_CPU_KERNELS": "1"}}
+#: The fused kernels, each where it runs here.
+KERNELS = [pytest.param("triton", marks=pytest.mark.skipif(not triton_available(), reason="needs triton")),
+           pytest.param("cpu", marks=pytest.mark.skipif(not cpu_edge_bam.takes(torch.zeros(1, 1)),
+                                                        reason="the C kernels do not build here"))]
 
 
-def run(bam, scores, keys, groups, src, noise, grad_w, mode, monkeypatch):
+def use(path, monkeypatch):
+    for name, value in PATHS[path].items():
+        monkeypatch.setenv(name, value)
+
+
+def run(bam, scores, keys, groups, src, noise, grad_w, path, monkeypatch):
     """Weights, KL and gradients (scores, keys, prior network) of one path."""
-    monkeypatch.setenv("ATTN_TRITON", mode)
+    use(path, monkeypatch)
     scores = scores.clone().requires_grad_()
     keys = keys.clone().requires_grad_()
     bam.zero_grad(set_to_none=True)
@@ -45,8 +56,12 @@ def run(bam, scores, keys, groups, src, noise, grad_w, mode, monkeypatch):
     return [weights.detach(), kl.detach(), scores.grad, torch.zeros(()) if keys.grad is None else keys.grad, *params]
 
 
-def assert_paths_agree(name, degrees, dtype, monkeypatch, device="cpu", **options):
-    """Both paths on the same scores, keys and noise give the same weights, KL and gradients."""
+def assert_paths_agree(name, degrees, dtype, monkeypatch, device="cpu", kernel="triton", **options):
+    """The PyTorch path and the fused ``kernel`` on the same scores, keys and noise give the same weights, KL
+    and gradients. On the hub in float32 the reference is the PyTorch path in float64: there the key and
+    prior gradients sum a thousand float32 terms, whose rounding the float32 PyTorch path (about 1e-5 of the
+    largest value) shows more than the kernels do, so each kernel is held to float32 rounding of the exact
+    values (1e-6 of the largest)."""
     torch.manual_seed(0)
     index, ptr, src = (t.to(device) for t in graph(degrees))
     bam = attention.build(name, num_heads=HEADS, key_dim=KEY_DIM, **options).to(device, dtype).train()
@@ -54,54 +69,111 @@ def assert_paths_agree(name, degrees, dtype, monkeypatch, device="cpu", **option
     keys = torch.randn(len(degrees), HEADS, KEY_DIM, dtype=dtype, device=device)
     noise, grad_w = torch.randn_like(scores), torch.randn_like(scores)
     groups = EdgeGroups(index, ptr=ptr)
-    torch_path = run(bam, scores, keys, groups, src, noise, grad_w, "0", monkeypatch)
-    fused = run(bam, scores, keys, groups, src, noise, grad_w, "1", monkeypatch)
-    # float32: the prior's output-bias gradient, a sum over every node and head, is zero up to
-    # rounding with prior_scope="all" (about 1e-5 either way)
-    atol = 3e-5 if dtype == torch.float32 else 1e-5
+    exact = dtype == torch.float32 and degrees == HUB
+    reference_dtype = torch.float64 if exact else dtype
+    torch_path = run(bam.to(reference_dtype), *(x.to(reference_dtype) for x in (scores, keys)), groups, src,
+                     *(x.to(reference_dtype) for x in (noise, grad_w)), "pytorch", monkeypatch)
+    fused = run(bam.to(dtype), scores, keys, groups, src, noise, grad_w, kernel, monkeypatch)
+    # float32 on small graphs: the prior's output-bias gradient, a sum over every node and head, is zero
+    # up to rounding with prior_scope="all" (about 1e-5 either way)
+    atol = 1e-6 * max(float(t.abs().max()) for t in torch_path) if exact else 3e-5 if dtype == torch.float32 else 1e-5
     for ref, got in zip(torch_path, fused):
-        torch.testing.assert_close(got, ref, rtol=1e-5, atol=atol)
+        torch.testing.assert_close(got, ref.to(got.dtype), rtol=1e-5, atol=atol)
     assert fused[1].abs() > 1e-3  # the KL term is there
 
 
+@pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("name", BAM_VARIANTS)
-@pytest.mark.parametrize("degrees,dtype", [(SMALL, torch.float32), (HUB, torch.float64)], ids=["small", "hub"])
-def test_explicit_noise_gives_the_pytorch_weights_kl_and_gradients(name, degrees, dtype, monkeypatch):
-    """Float64 on the hub: there the key gradients sum a thousand float32 terms, in a different
-    order on each path."""
-    assert_paths_agree(name, degrees, dtype, monkeypatch)
+@pytest.mark.parametrize("degrees,dtype", [(SMALL, torch.float32), (HUB, torch.float64), (HUB, torch.float32)],
+                         ids=["small", "hub", "hub-float32"])
+def test_explicit_noise_gives_the_pytorch_weights_kl_and_gradients(kernel, name, degrees, dtype, monkeypatch):
+    """The C kernels compute in float32 (float64 scores take the PyTorch path); Triton's in float64 too."""
+    if (kernel, dtype) == ("cpu", torch.float64):
+        pytest.skip("the C kernels take float32 scores only")
+    assert_paths_agree(name, degrees, dtype, monkeypatch, kernel=kernel)
 
 
+@pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("name", ["bam-wc", "bam-lc"])
-def test_a_prior_over_every_key_gives_the_pytorch_path_too(name, monkeypatch):
+def test_a_prior_over_every_key_gives_the_pytorch_path_too(kernel, name, monkeypatch):
     """``prior_scope="all"`` (the official GAT code's prior): ``log pi`` normalised over all nodes."""
-    assert_paths_agree(name, SMALL, torch.float32, monkeypatch, prior_scope="all")
+    assert_paths_agree(name, SMALL, torch.float32, monkeypatch, kernel=kernel, prior_scope="all")
 
 
 def test_fused_path_is_taken_only_when_asked(monkeypatch):
-    from common.attention.kernels import edge_bam as kernels
+    from common.attention import edge_bam
     calls = []
-    monkeypatch.setattr(kernels, "edge_bam", lambda *a, **k: calls.append(1) or (a[1], None))
+    monkeypatch.setattr(edge_bam, "edge_bam", lambda *a, **k: calls.append(1) or (a[1], None))
     index, ptr, _ = graph(SMALL)
     bam = attention.build("bam-wf").train()
     scores = torch.randn(index.numel(), HEADS)
-    for mode, expected in (("0", 0), ("auto", 0), ("1", 1)):  # auto: CUDA only
-        monkeypatch.setenv("ATTN_TRITON", mode)
+    cpu_kernels = cpu_edge_bam.takes(scores)
+    cases = [({"ATTN_TRITON": "0", "ATTN_CPU_KERNELS": "0"}, 0), ({"ATTN_TRITON": "auto", "ATTN_CPU_KERNELS": "0"}, 0),
+             ({"ATTN_TRITON": "1"}, int(triton_available())), ({"ATTN_TRITON": "0", "ATTN_CPU_KERNELS": "1"},
+                                                                int(cpu_kernels))]  # auto: Triton on CUDA only
+    for environment, expected in cases:
+        for name, value in environment.items():
+            monkeypatch.setenv(name, value)
+        calls.clear()
         bam(scores, index=index, ptr=ptr)
-        assert len(calls) == expected
+        assert len(calls) == expected, environment
+    calls.clear()
     bam(scores, index=index)  # without a CSR pointer: the PyTorch path
-    assert len(calls) == 1
+    bam(scores.double(), index=index, ptr=ptr)  # the C kernels take float32 only
+    bam(scores.unsqueeze(-1), index=index, ptr=ptr)  # neither takes scores with more dimensions
+    bam(torch.randn(index.numel(), cpu_edge_bam.MAX_HEADS + 1), index=index, ptr=ptr)  # nor C, more heads
+    assert not calls
 
 
+@pytest.mark.skipif(not cpu_edge_bam.takes(torch.zeros(1, 1)), reason="the C kernels do not build here")
+def test_the_cpu_sample_does_not_depend_on_the_threads(monkeypatch):
+    """Each entry's noise is keyed by the entry: one thread and two draw the same sample, KL and gradients."""
+    use("cpu", monkeypatch)
+    bam, index, ptr, src, scores, keys = small_case("bam-wc", training=True)
+    threads = torch.get_num_threads()
+    out = []
+    try:
+        for count in (1, 2):
+            torch.set_num_threads(count)
+            torch.manual_seed(3)
+            s = scores.clone().requires_grad_()
+            with attention.aux_losses() as aux:
+                weights = bam(s, index=index, ptr=ptr, keys=keys, key_index=src)
+            (weights.square().sum() + aux.total()).backward()
+            out.append((weights.detach(), aux.total().detach(), s.grad))
+    finally:
+        torch.set_num_threads(threads)
+    for a, b in zip(*out):
+        assert torch.equal(a, b)
+
+
+def test_without_a_compiler_the_pytorch_path_runs_with_a_warning(monkeypatch, tmp_path):
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
+    monkeypatch.setenv("ATTN_KERNEL_CACHE", str(tmp_path / "cache"))
+    use("cpu", monkeypatch)
+    cpu_edge_bam._library.cache_clear()
+    try:
+        with pytest.warns(RuntimeWarning, match="edge-wise BAM: the fused CPU kernels could not be built"):
+            assert not cpu_edge_bam.takes(torch.zeros(1, 1))
+        bam, index, ptr, src, scores, keys = small_case("bam-wc", training=True)
+        with attention.aux_losses() as aux:
+            weights = bam(scores, index=index, ptr=ptr, keys=keys, key_index=src)
+        assert torch.isfinite(weights).all() and aux.total() > 0
+    finally:
+        cpu_edge_bam._library.cache_clear()
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("name,variance", [("bam-wf", math.pi**2 / 6), ("bam-lf", 1.0)])
-def test_philox_noise_has_the_posterior_law_and_is_redrawn_in_backward(name, variance, monkeypatch):
+def test_philox_noise_has_the_posterior_law_and_is_redrawn_in_backward(kernel, name, variance, monkeypatch):
     """The kernel's own noise, read back from its weights (``log w - s``, up to a constant per
     segment), has the variance of ``log(-log u)`` (Gumbel: pi^2/6) or of ``eps``; the same seed
     repeats it, and the backward regenerates exactly that noise."""
-    monkeypatch.setenv("ATTN_TRITON", "1")
+    use(kernel, monkeypatch)
     index, ptr, src = graph(HUB)
     bam = attention.build(name).train()
-    scores = torch.randn(index.numel(), 2, dtype=torch.float64)
+    dtype = torch.float64 if kernel == "triton" else torch.float32
+    scores = torch.randn(index.numel(), 2, dtype=dtype)
     groups = EdgeGroups(index, ptr=ptr)
 
     def sample():
@@ -119,15 +191,16 @@ def test_philox_noise_has_the_posterior_law_and_is_redrawn_in_backward(name, var
     torch.testing.assert_close(again, weights, rtol=0, atol=0)
     noise = (weights.log() - scores) / bam.noise_scale
     hub = noise[ptr[2]:ptr[3]]
-    assert torch.allclose(hub.var(0), torch.full((2,), variance, dtype=torch.float64), rtol=0.15)
+    assert torch.allclose(hub.var(0), torch.full((2,), variance, dtype=dtype), rtol=0.15)
     assert not torch.allclose(hub[:, 0], hub[:, 1])  # every head draws its own noise
-    monkeypatch.setenv("ATTN_TRITON", "0")
+    use("pytorch", monkeypatch)
     s = scores.clone().requires_grad_()
     with attention.aux_losses() as aux:
         reference = bam.normalize(s, groups, noise=noise)
     ((reference * grad_w).sum() + aux.total()).backward()
-    torch.testing.assert_close(reference.detach(), weights)
-    torch.testing.assert_close(s.grad, grad)
+    tolerance = {} if dtype == torch.float64 else dict(rtol=1e-4, atol=1e-6)  # the noise read back, in float32
+    torch.testing.assert_close(reference.detach(), weights, **tolerance)
+    torch.testing.assert_close(s.grad, grad, **tolerance)
 
 
 def small_case(name, training):
@@ -138,16 +211,17 @@ def small_case(name, training):
     return bam, index, ptr, src, torch.randn(index.numel(), HEADS), torch.randn(len(SMALL), HEADS, KEY_DIM)
 
 
+@pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("name", ["bam-wc", "bam-lf"])
-def test_eval_mode_gives_softmax_and_the_same_kl(name, monkeypatch):
+def test_eval_mode_gives_softmax_and_the_same_kl(kernel, name, monkeypatch):
     bam, index, ptr, src, scores, keys = small_case(name, training=False)
     out = {}
-    for mode in "01":
-        monkeypatch.setenv("ATTN_TRITON", mode)
+    for path in ("pytorch", kernel):
+        use(path, monkeypatch)
         with attention.aux_losses() as aux:
-            out[mode] = bam(scores, index=index, ptr=ptr, keys=keys, key_index=src), aux.total()
-    torch.testing.assert_close(out["1"][0], torch_geometric_softmax(scores, index))
-    torch.testing.assert_close(out["1"][1], out["0"][1])
+            out[path] = bam(scores, index=index, ptr=ptr, keys=keys, key_index=src), aux.total()
+    torch.testing.assert_close(out[kernel][0], torch_geometric_softmax(scores, index))
+    torch.testing.assert_close(out[kernel][1], out["pytorch"][1])
 
 
 def torch_geometric_softmax(scores, index):
@@ -155,10 +229,11 @@ def torch_geometric_softmax(scores, index):
     return softmax(scores, index)
 
 
-def test_extreme_scores_stay_finite(monkeypatch):
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_extreme_scores_stay_finite(kernel, monkeypatch):
     """Scores spanning far more than the float32 exponent range: weights and gradients finite,
     weights summing to one per segment (the segment log-sum-exps are exact)."""
-    monkeypatch.setenv("ATTN_TRITON", "1")
+    use(kernel, monkeypatch)
     index, ptr, src = graph(SMALL)
     bam = attention.build("bam-wc", num_heads=HEADS, key_dim=KEY_DIM).train()
     scores = (torch.randn(index.numel(), HEADS) * 1e4).requires_grad_()
@@ -171,7 +246,8 @@ def test_extreme_scores_stay_finite(monkeypatch):
     torch.testing.assert_close(sums[ptr.diff() > 0], torch.ones(int((ptr.diff() > 0).sum()), HEADS))
 
 
-def test_gatconv_runs_the_kernels_and_matches_the_pytorch_path_in_eval(monkeypatch):
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_gatconv_runs_the_kernels_and_matches_the_pytorch_path_in_eval(kernel, monkeypatch):
     from graphattn import GATConv
     torch.manual_seed(0)
     index, _, src = graph(SMALL)
@@ -179,38 +255,41 @@ def test_gatconv_runs_the_kernels_and_matches_the_pytorch_path_in_eval(monkeypat
     x = torch.randn(len(SMALL), 5)
     conv = GATConv(5, KEY_DIM, heads=HEADS, attention="bam-wc").eval()
     out = {}
-    for mode in "01":
-        monkeypatch.setenv("ATTN_TRITON", mode)
+    for path in ("pytorch", kernel):
+        use(path, monkeypatch)
         conv.zero_grad(set_to_none=True)
         with attention.aux_losses() as aux:
             y = conv(x, edge_index.clone())
         (y.square().sum() + aux.total()).backward()
-        out[mode] = [y.detach(), aux.total().detach()] + [p.grad for p in conv.parameters() if p.grad is not None]
-    for ref, got in zip(out["0"], out["1"]):
+        out[path] = [y.detach(), aux.total().detach()] + [p.grad for p in conv.parameters() if p.grad is not None]
+    for ref, got in zip(out["pytorch"], out[kernel]):
         torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("name", ["bam-wc", "bam-lf"])
-def test_without_a_kl_collector_the_kernels_only_sample(name, monkeypatch):
+def test_without_a_kl_collector_the_kernels_only_sample(kernel, name, monkeypatch):
     bam, index, ptr, src, scores, keys = small_case(name, training=True)
     noise, grad_w = torch.randn_like(scores), torch.randn_like(scores)
     out = {}
-    for mode in "01":
-        monkeypatch.setenv("ATTN_TRITON", mode)
+    for path in ("pytorch", kernel):
+        use(path, monkeypatch)
         s = scores.clone().requires_grad_()
         weights = bam.normalize(s, EdgeGroups(index, ptr=ptr), keys=keys, key_index=src, noise=noise)
         (weights * grad_w).sum().backward()
-        out[mode] = weights.detach(), s.grad
-    for ref, got in zip(out["0"], out["1"]):
+        out[path] = weights.detach(), s.grad
+    for ref, got in zip(out["pytorch"], out[kernel]):
         torch.testing.assert_close(got, ref)
     assert all(p.grad is None for p in bam.parameters())  # no prior without a KL
 
 
+@pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("name", ["bam-wc", "bam-lf"])
-def test_the_operators_pass_opcheck(name):
+def test_the_operators_pass_opcheck(kernel, name, monkeypatch):
     """``torch.library.opcheck`` of both operators: schema, autograd registration, fake implementations and
-    AOT dispatch with dynamic shapes (the kernels run in Triton's interpreter)."""
-    from common.attention.kernels.edge_bam import Options, edge_bam_backward_op, edge_bam_op
+    AOT dispatch with dynamic shapes, on each kind of kernel."""
+    from common.attention.edge_bam import Options, edge_bam_backward_op, edge_bam_op
+    use(kernel, monkeypatch)
     bam, index, ptr, _, scores, _ = small_case(name, training=True)
     options = Options.of(bam, sampling=True, with_kl=True, given_noise=False)
     prior = torch.randn_like(scores).requires_grad_() if options.prior else None
@@ -221,8 +300,9 @@ def test_the_operators_pass_opcheck(name):
     torch.library.opcheck(edge_bam_backward_op, (*detached, lse, torch.randn_like(scores), torch.randn(()), *options))
 
 
-def test_a_graph_without_nodes_launches_nothing(monkeypatch):
-    monkeypatch.setenv("ATTN_TRITON", "1")
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_a_graph_without_nodes_launches_nothing(kernel, monkeypatch):
+    use(kernel, monkeypatch)
     bam = attention.build("bam-wc", num_heads=HEADS, key_dim=KEY_DIM).train()
     scores = torch.randn(0, HEADS, requires_grad=True)
     index = torch.zeros(0, dtype=torch.long)

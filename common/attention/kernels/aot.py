@@ -149,7 +149,8 @@ def _edge_bam_cases() -> Iterator[tuple[str, Callable[[], None]]]:
     import torch
 
     from ..bam import BAM
-    from .edge_bam import Options, backward, forward
+    from ..edge_bam import Options
+    from .edge_bam import backward, forward
 
     variants = {
         "bam-wc": dict(posterior="weibull", prior="contextual", key_dim=8),

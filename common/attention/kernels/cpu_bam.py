@@ -35,7 +35,7 @@ import torch
 from torch import Tensor
 
 NOISE_NONE, NOISE_WEIBULL, NOISE_NORMAL = 0, 1, 2
-_SOURCE = Path(__file__).with_name("cpu") / "bam_rows.c"
+_SOURCES = Path(__file__).with_name("cpu")  # the C sources and their headers
 _FLAGS = ["-O3", "-fPIC", "-shared", "-fno-math-errno", "-fno-trapping-math"]
 
 
@@ -52,7 +52,7 @@ def _cpu_signature() -> str:
         return platform.processor()
 
 
-def _compile(target: Path, compiler: str, flags: list) -> None:
+def _compile(source: Path, target: Path, compiler: str, flags: list) -> None:
     """Builds the kernels with OpenMP and glibc's vector math where the compiler has them, else
     without: OpenMP's loops then run on one thread, and the vector loops call the scalar functions."""
     mvec = ["-DATTN_LIBMVEC", "-lmvec"] if sys.platform.startswith("linux") and platform.machine() == "x86_64" else []
@@ -62,32 +62,42 @@ def _compile(target: Path, compiler: str, flags: list) -> None:
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         built = Path(tmp) / target.name
         for extra in options:
-            result = subprocess.run([compiler, *flags, str(_SOURCE), "-o", str(built), *extra, "-lm"],
+            result = subprocess.run([compiler, *flags, str(source), "-o", str(built), *extra, "-lm"],
                                     capture_output=True, text=True)
             if result.returncode == 0:
                 break
         else:
-            raise RuntimeError(f"{compiler} failed on {_SOURCE}:\n{result.stderr[-2000:]}")
+            raise RuntimeError(f"{compiler} failed on {source}:\n{result.stderr[-2000:]}")
         os.replace(built, target)  # atomic: a concurrent process sees the old file or the whole new one
+
+
+def build(name: str, what: str) -> Optional[ctypes.CDLL]:
+    """``cpu/<name>.c`` compiled (once per source, headers, flags, compiler and CPU, into the cache) and
+    loaded, or None with a warning that ``what`` uses PyTorch's operators instead."""
+    compiler = os.environ.get("CC", "cc")
+    flags = _FLAGS + _native_flags()
+    source = _SOURCES / f"{name}.c"
+    try:
+        version = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=True).stdout
+        texts = [path.read_text() for path in (source, *sorted(_SOURCES.glob("*.h")))]
+        key = hashlib.sha256("\0".join([*texts, *flags, version, _cpu_signature()]).encode())
+        cache = Path(os.environ.get("ATTN_KERNEL_CACHE")
+                     or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "attention-suite")
+        target = cache / f"{name}-{key.hexdigest()[:16]}.so"
+        if not target.exists():
+            _compile(source, target, compiler, flags)
+        return ctypes.CDLL(str(target))
+    except (OSError, RuntimeError, subprocess.CalledProcessError) as error:
+        warnings.warn(f"{what}: the fused CPU kernels could not be built ({error}); PyTorch's operators run "
+                      "instead (slower). Install a C compiler (gcc or clang) or set ATTN_CPU_KERNELS=0 to silence "
+                      "this.", RuntimeWarning, stacklevel=4)
+        return None
 
 
 @functools.lru_cache(maxsize=None)
 def _library() -> Optional[ctypes.CDLL]:
-    compiler = os.environ.get("CC", "cc")
-    flags = _FLAGS + _native_flags()
-    try:
-        version = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=True).stdout
-        key = hashlib.sha256("\0".join([_SOURCE.read_text(), *flags, version, _cpu_signature()]).encode())
-        cache = Path(os.environ.get("ATTN_KERNEL_CACHE")
-                     or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "attention-suite")
-        target = cache / f"bam_rows-{key.hexdigest()[:16]}.so"
-        if not target.exists():
-            _compile(target, compiler, flags)
-        lib = ctypes.CDLL(str(target))
-    except (OSError, RuntimeError, subprocess.CalledProcessError) as error:
-        warnings.warn(f"dense BAM: the fused CPU kernels could not be built ({error}); the chunks use "
-                      "PyTorch's operators instead (slower). Install a C compiler (gcc or clang) or set "
-                      "ATTN_CPU_KERNELS=0 to silence this.", RuntimeWarning, stacklevel=3)
+    lib = build("bam_rows", "dense BAM")
+    if lib is None:
         return None
     i64, ptr, f32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_float
     u64, u32, i32 = ctypes.c_uint64, ctypes.c_uint32, ctypes.c_int
