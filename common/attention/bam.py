@@ -61,7 +61,7 @@ class ContextualPrior(nn.Module):
         activations = {"relu": nn.ReLU(), "leaky_relu": nn.LeakyReLU(0.1), "tanh": nn.Tanh()}
         if activation not in activations:
             raise ValueError(f"prior activation must be one of {sorted(activations)}, got {activation!r}")
-        self.heads = heads
+        self.heads, self.activation_name = heads, activation
         if heads is None:
             self.hidden, self.out = nn.Linear(key_dim, d_mid), nn.Linear(d_mid, 1)
         else:

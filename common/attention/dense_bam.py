@@ -535,7 +535,8 @@ def dense_bam_attention(
     ``mask`` is a key padding mask (boolean, broadcastable to ``[..., H, 1, K]``, True = attend);
     ``causal`` hides keys ``j > i``. ``noise`` is an explicit standard log-noise
     ``[..., H, Q, K]`` (``log(-log u)`` for Weibull, ``N(0, 1)`` for Lognormal), else it is drawn.
-    Computes in float32 (autocast off) and returns ``q``'s dtype, as the normalizers do.
+    Computes in float32 (autocast off) and returns ``q``'s dtype, as the normalizers do; on a GPU
+    (:func:`_triton_takes`) the whole call is the operator of :mod:`common.attention.dense_bam_op`.
     """
     collect = collecting()
     kernel = norm.kl_kernel
@@ -543,8 +544,12 @@ def dense_bam_attention(
         raise ValueError(f"{norm.extra_repr()}: no closed-form KL under a causal mask; use the materialised path")
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     noise_scale = norm.noise_scale if norm.sampling else 0.0
-    triton = _triton_takes(q, v, noise)
-    seed = 0 if triton or not (noise_scale or dropout) else int(torch.randint(0, 1 << 62, ()))
+    if _triton_takes(q, k, v, mask, noise):
+        try:
+            return _operator_attention(norm, q, k, v, mask, causal, scale, noise_scale, dropout, collect)
+        except KernelFailure as failure:  # cannot compile or run on this GPU: warn once, chunks from now on
+            fall_back(failure)
+    seed = 0 if not (noise_scale or dropout) else int(torch.randint(0, 1 << 62, ()))
     sampler = Sampler(norm.posterior, noise_scale, dropout, seed, noise)
     key_mask = None if mask is None else mask.view((1,) * max(2 - mask.dim(), 0) + mask.shape)
     want_sq = collect and needs_square_sums(kernel)
@@ -553,17 +558,10 @@ def dense_bam_attention(
         prior = None if not collect or norm.prior_net is None else norm.prior_net(kf, head_axis=-3)
         kl_args = dict(key_mask=None if key_mask is None else key_mask.squeeze(-2), prior_logits=prior,
                        prior_over_all_keys=norm.prior_scope == "all")
-        proj = None
-        if triton:
-            try:
-                out, lse, sq = _triton_attention(q, k, v, key_mask, causal, scale, sampler, collect, want_sq)
-            except KernelFailure as failure:  # cannot compile or run on this GPU: warn once, chunks from now on
-                fall_back(failure)
-                triton, sampler.seed = False, int(torch.randint(0, 1 << 62, ()))
-        if not triton:  # the chunks take the KL's projections of q too (all keys: no causal mask)
-            weights = projection_weights(kernel, kf, **kl_args) if collect and not causal else None
-            out, lse, sq, proj = _chunked_attention(qf, kf, vf, key_mask, causal, scale, sampler, collect, want_sq,
-                                                    weights)
+        # the chunks take the KL's projections of q too (all keys: no causal mask)
+        weights = projection_weights(kernel, kf, **kl_args) if collect and not causal else None
+        out, lse, sq, proj = _chunked_attention(qf, kf, vf, key_mask, causal, scale, sampler, collect, want_sq,
+                                                weights)
         if collect:
             add_aux_loss("bam_kl", dense_kl(kernel, qf, kf, lse, scale=scale, causal=causal,
                                             square_sums=sq if want_sq else None, projections=proj, **kl_args))
@@ -588,88 +586,55 @@ def _chunked_attention(q, k, v, key_mask, causal, scale, sampler, want_lse, want
             None if key_weights is None else proj.view(lead + proj.shape[-2:]))
 
 
-def _triton_takes(q: Tensor, v: Tensor, noise: Optional[Tensor]) -> bool:
-    """Whether the Triton kernels (the custom operator ``attention_suite::dense_bam``) take this call: on CUDA
-    (or the interpreter), no explicit noise, not float64, and a tiling for the dtype and head size. Decided from
-    static facts, so that ``torch.compile`` traces the operator into the graph."""
+def _triton_takes(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], noise: Optional[Tensor]) -> bool:
+    """Whether the operator ``attention_suite::bam_attention`` takes this call: on CUDA (or the interpreter), no
+    explicit noise, not float64, a tiling for the dtype and head size, and a key mask that spans every key.
+    Decided from static facts, so that ``torch.compile`` traces the operator into the graph."""
     if noise is not None or q.dtype == torch.float64 or not use_triton(q, "dense_bam", behind_op=True):
         return False
+    if mask is not None and mask.shape[-1] != k.shape[-2]:
+        return False
     from .kernels import interpreting
-    from .kernels.dense_bam import tiles
-    return tiles(q.dtype, q.shape[-1], v.shape[-1], interpreting()) is not None
+    from .kernels.dense_bam import takes
+    return takes(q.dtype, q.shape[-1], v.shape[-1], interpreting())
 
 
-@torch.library.custom_op("attention_suite::dense_bam", mutates_args=())
-def triton_dense_bam(q: Tensor, k: Tensor, v: Tensor, key_mask: Optional[Tensor], seed: Tensor, causal: bool,
-                     scale: float, noise_kind: int, noise_scale: float, dropout: float, want_lse: bool,
-                     want_sq: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """``(out, norm, LSE, S2)`` of the Triton kernels (:func:`common.attention.kernels.dense_bam.forward`) for
-    ``q [BH, Q, d]``, ``k [BH, K, d]``, ``v [BH, K, dv]``, a key mask ``[BH, K]`` (int8) or None, and a seed
-    tensor on the device; a custom operator with a fake implementation and its gradient registered, so that
-    ``torch.compile`` and FakeTensor tracing see one op."""
-    from .kernels import interpreting
-    from .kernels.dense_bam import forward
-    return forward(q, k, v, key_mask, seed, causal, scale, noise_kind, noise_scale, dropout, want_lse, want_sq,
-                   interpreting())
-
-
-@triton_dense_bam.register_fake
-def _(q, k, v, key_mask, seed, causal, scale, noise_kind, noise_scale, dropout, want_lse, want_sq):
-    rows = q.shape[:-1]
-    return (q.new_empty(rows + v.shape[-1:]), *(q.new_empty(rows, dtype=torch.float32) for _ in range(3)))
-
-
-@torch.library.custom_op("attention_suite::dense_bam_backward", mutates_args=())
-def triton_dense_bam_backward(q: Tensor, k: Tensor, v: Tensor, key_mask: Optional[Tensor], seed: Tensor, out: Tensor,
-                              norm: Tensor, lse: Tensor, d_out: Tensor, d_lse: Tensor, d_sq: Tensor, causal: bool,
-                              scale: float, noise_kind: int, noise_scale: float, dropout: float, want_lse: bool,
-                              want_sq: bool) -> tuple[Tensor, Tensor, Tensor]:
-    """``(dq, dk, dv)`` of :func:`triton_dense_bam` (:func:`common.attention.kernels.dense_bam.backward`)."""
-    from .kernels import interpreting
-    from .kernels.dense_bam import backward
-    return backward(q, k, v, key_mask, seed, out, norm, lse, d_out, d_lse, d_sq, causal, scale, noise_kind,
-                    noise_scale, dropout, want_lse, want_sq, interpreting())
-
-
-@triton_dense_bam_backward.register_fake
-def _(q, k, v, key_mask, seed, out, norm, lse, d_out, d_lse, d_sq, causal, scale, noise_kind, noise_scale, dropout,
-      want_lse, want_sq):
-    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-
-
-def _dense_bam_setup(ctx, inputs, output):
-    q, k, v, key_mask, seed, *options = inputs
-    out, norm, lse, _ = output
-    ctx.save_for_backward(q, k, v, key_mask, seed, out, norm, lse)
-    ctx.options = options
-
-
-def _dense_bam_gradient(ctx, d_out, d_norm, d_lse, d_sq):
-    q, k, v, key_mask, seed, out, norm, lse = ctx.saved_tensors
-    d_lse = torch.zeros_like(lse) if d_lse is None else d_lse
-    d_sq = torch.zeros_like(lse) if d_sq is None else d_sq
-    dq, dk, dv = triton_dense_bam_backward(q, k, v, key_mask, seed, out, norm, lse, d_out, d_lse, d_sq, *ctx.options)
-    return dq, dk, dv, *([None] * 9)
-
-
-triton_dense_bam.register_autograd(_dense_bam_gradient, setup_context=_dense_bam_setup)
-
-
-def _triton_attention(q, k, v, key_mask, causal, scale, sampler, want_lse, want_sq):
-    """:func:`triton_dense_bam` over ``[..., H, L, d]`` tensors (in their own dtype, float32 accumulation);
-    its noise is keyed by (seed, batch*head, query, key) and does not depend on the tiling."""
+def _operator_attention(norm: BAM, q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], causal: bool,
+                        scale: float, noise_scale: float, dropout: float, collect: bool) -> Tensor:
+    """:func:`~common.attention.dense_bam_op.bam_attention` over ``[..., H, L, d]`` tensors (several leading
+    dimensions are merged first), its KL added to the collector. Under a causal mask the KL (a fixed-prior
+    Weibull's, :func:`~common.attention.bam_stats.supports`) is :func:`dense_kl` of the operator's ``LSE_i``."""
+    from .dense_bam_op import bam_attention
     from .kernels.dense_bam import NOISE_LOGNORMAL, NOISE_NONE, NOISE_WEIBULL, seed_for_call
+    from .kernels.dense_bam_kl import ACTIVATIONS, constants, kl_kind
 
-    lead, n_q, (n_k, dv) = q.shape[:-2], q.shape[-2], v.shape[-2:]
-    q3, k3, v3 = (x.reshape(-1, *x.shape[-2:]).contiguous() for x in (q, k, v))
-    km = None
-    if key_mask is not None:
-        km = key_mask.squeeze(-2).expand(lead + (n_k,)).reshape(-1, n_k).to(torch.int8).contiguous()
-    kind = NOISE_NONE if not sampler.noise_scale else (NOISE_WEIBULL if sampler.posterior == "weibull"
-                                                       else NOISE_LOGNORMAL)
-    out, _, lse, sq = triton_dense_bam(q3, k3, v3, km, seed_for_call(q.device), causal, scale, kind,
-                                       float(sampler.noise_scale), float(sampler.dropout), want_lse, want_sq)
-    return out.view(lead + (n_q, dv)), lse.view(lead + (n_q,)), sq.view(lead + (n_q,))
+    lead, (H, n_q, d) = q.shape[:-3], q.shape[-3:]
+    n_k = k.shape[-2]
+    flat = len(lead) != 1
+    if flat:  # [B, H, L, d] for the kernels
+        q, k, v = (x.reshape(-1, *x.shape[-3:]) for x in (q, k, v))
+        if mask is not None:
+            mask = mask.expand(lead + (H, 1, n_k)).reshape(-1, H, 1, n_k)
+    q, k, v = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, k, v))
+    noise_kind = NOISE_NONE if not noise_scale else (NOISE_WEIBULL if norm.posterior == "weibull" else NOISE_LOGNORMAL)
+    kernel = norm.kl_kernel
+    fused_kl = kl_kind(kernel) if collect and not causal else 0
+    prior = norm.prior_net
+    weights = [None] * 4
+    if fused_kl and prior is not None:
+        weights = [prior.hidden.weight, prior.hidden.bias, prior.out.weight, prior.out.bias]
+    out, kl, stats = bam_attention(
+        q, k, v, mask, seed_for_call(q.device), *weights, causal, scale, noise_kind, float(noise_scale),
+        float(dropout), fused_kl, constants(kernel), norm.prior_scope == "all",
+        ACTIVATIONS[prior.activation_name] if prior is not None else 0, collect and not fused_kl, False)
+    if collect and fused_kl:
+        add_aux_loss("bam_kl", kl)
+    elif collect:  # a causal mask: the closed form with prefix sums, from the rows' LSE_i
+        rows = q.shape[0] * H * n_q
+        lse = stats[rows:2 * rows].view(q.shape[:-1])
+        add_aux_loss("bam_kl", dense_kl(kernel, q.float(), k.float(), lse, scale=scale, causal=True,
+                                        key_mask=None if mask is None else mask.squeeze(-2)).float())
+    return out.view(lead + out.shape[-3:]) if flat else out
 
 
 def fused_bam(attend, q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], causal: bool,
@@ -687,7 +652,7 @@ def fused_bam(attend, q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], c
     """
     norm = attend.normalizer
     if (not isinstance(norm, BAM) or need_maps or os.environ.get("ATTN_FUSED_BAM", "1") == "0"
-            or (torch.compiler.is_compiling() and not _triton_takes(q, v, None))
+            or (torch.compiler.is_compiling() and not _triton_takes(q, k, v, mask, None))
             or any(op is not None for op in (attend.absolute, attend.relative, attend.cross_layer,
                                              attend.span, attend.convoluted))
             or not (q.shape[:-2] == k.shape[:-2] == v.shape[:-2])

@@ -26,10 +26,11 @@ for the rest of the process: :func:`use_triton` says no and the PyTorch path run
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import warnings
-from typing import Hashable
+from typing import Hashable, Iterator
 
 import torch
 from torch import Tensor
@@ -47,6 +48,21 @@ TRITON = importlib.util.find_spec("triton") is not None
 def triton_available() -> bool:
     """Whether ``triton`` is installed here."""
     return TRITON
+
+
+#: The compute capability kernels are compiled for, while :mod:`~common.attention.kernels.aot` records launches.
+_TARGET_ARCH: list = []
+
+
+def target_arch() -> int:
+    """The compute capability (``major * 10 + minor``) the next launch compiles for: the current CUDA device's,
+    or the target being recorded by :mod:`~common.attention.kernels.aot` (90 without either)."""
+    if _TARGET_ARCH:
+        return _TARGET_ARCH[-1]
+    if torch.cuda.is_available():
+        major, minor = torch.cuda.get_device_capability()
+        return 10 * major + minor
+    return 90
 
 
 def interpreting() -> bool:
@@ -74,8 +90,17 @@ class KernelFailure(RuntimeError):
         super().__init__(f"Triton kernel {self.kernel} ({family}) failed: {self.reason}")
 
 
+#: Keys of :func:`compiling_only` blocks: while one is open, launches compile and load their kernel instead.
+_COMPILE_ONLY: list = []
+_WARMED: set = set()
+
+
 def launch(family: str, kernel, grid, *args, **kwargs) -> None:
-    """``kernel[grid](*args, **kwargs)``; a failure to compile, load or launch raises :class:`KernelFailure`."""
+    """``kernel[grid](*args, **kwargs)``; a failure to compile, load or launch raises :class:`KernelFailure`.
+    Inside :func:`compiling_only`, the kernel is compiled and loaded (:func:`precompile`) but not run."""
+    if _COMPILE_ONLY:
+        precompile(family, _COMPILE_ONLY[-1], kernel, grid, *args, **kwargs)
+        return
     try:
         kernel[grid](*args, **kwargs)
     except Exception as err:
@@ -94,6 +119,22 @@ def precompile(family: str, key: Hashable, kernel, grid, *args, **kwargs) -> Non
     except Exception as err:
         raise KernelFailure(family, kernel, err) from err
     _PRECOMPILED.add((kernel, key))
+
+
+@contextlib.contextmanager
+def compiling_only(key: Hashable) -> Iterator[bool]:
+    """``with compiling_only(key) as first:``: the first time ``key`` is seen (and not under the interpreter),
+    ``first`` is True and the launches of the block compile and load their kernels without running them, so
+    that a forward pass can check its backward kernels while it can still fall back; afterwards False."""
+    first = not interpreting() and key not in _WARMED
+    if first:
+        _COMPILE_ONLY.append(key)
+    try:
+        yield first
+    finally:
+        if first:
+            _COMPILE_ONLY.pop()
+            _WARMED.add(key)
 
 
 def int_key(*values: int) -> tuple:

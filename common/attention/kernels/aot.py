@@ -77,6 +77,8 @@ def recording(target_arch: int = 90) -> Iterator[list]:
 
     if os.environ.get("TRITON_INTERPRET", "0") == "1":
         raise RuntimeError("recording needs real Triton JIT functions: unset TRITON_INTERPRET")
+    from . import _TARGET_ARCH
+
     backend = make_backend(GPUTarget("cuda", target_arch, 32))
     launches: list = []
     original = JITFunction.run
@@ -90,10 +92,12 @@ def recording(target_arch: int = 90) -> Iterator[list]:
         return _NotLoaded()
 
     JITFunction.run = record
+    _TARGET_ARCH.append(target_arch)  # the launchers choose their tiles for this target
     try:
         yield launches
     finally:
         JITFunction.run = original
+        _TARGET_ARCH.pop()
 
 
 class _NotLoaded:
@@ -104,38 +108,58 @@ class _NotLoaded:
 
 
 # --------------------------------------------------------------------------- cases ----
+#: Dense BAM calls of the cases: (normalizer, key mask, causal, dropout, KL collected).
+DENSE_VARIANTS = {
+    "bam-wc": ("bam-wc", True, False, 0.0, True),
+    "bam-wc+dropout": ("bam-wc", True, False, 0.1, True),
+    "bam-lc": ("bam-lc", True, False, 0.0, True),
+    "bam-wf+causal": ("bam-wf", False, True, 0.0, True),
+    "bam-lf+causal+dropout sample": ("bam-lf", False, True, 0.1, False),
+}
+
+
 def _dense_bam_cases() -> Iterator[tuple[str, Callable[[], None]]]:
+    """One training call (forward and backward) of ``attention_suite::bam_attention`` per case."""
     import torch
 
-    from .dense_bam import NOISE_LOGNORMAL, NOISE_NONE, NOISE_WEIBULL, backward, forward, tiles
+    from ..bam import BAM
+    from ..dense_bam_op import attention_backward, attention_forward
+    from .dense_bam import NOISE_LOGNORMAL, NOISE_WEIBULL, takes
+    from .dense_bam_kl import ACTIVATIONS, constants, kl_kind
 
-    flag_sets = {  # (mask, causal, noise, dropout, want_lse, want_sq)
-        "weibull+mask+dropout+lse+sq": (True, False, NOISE_WEIBULL, 0.1, True, True),
-        "lognormal+causal+lse": (False, True, NOISE_LOGNORMAL, 0.0, True, False),
-        "mean+mask+lse+sq": (True, False, NOISE_NONE, 0.0, True, True),
-    }
     dtypes = {"float32 tf32": (torch.float32, True), "float32 tf32x3": (torch.float32, False),
               "bfloat16": (torch.bfloat16, False), "float16": (torch.float16, False)}
+    names = {"bam-wc": ("weibull", "contextual"), "bam-lc": ("lognormal", "contextual"), "bam-wf": ("weibull", "fixed"),
+             "bam-lf": ("lognormal", "fixed")}
     for dtype_name, (dtype, allow_tf32) in dtypes.items():
         for d in (64, 128):
-            for length, bh in ((100, 64), (512, 64), (16384, 1024)):
-                for flags_name, (mask, causal, noise, dropout, lse, sq) in flag_sets.items():
-                    name = f"dense-bam {dtype_name} d={d} L={length} BH={bh} {flags_name}"
+            for length, bh in ((100, 64), (4096, 64), (16384, 1024)):
+                for variant, (normalizer, mask, causal, dropout, kl) in DENSE_VARIANTS.items():
+                    name = f"dense-bam {dtype_name} d={d} L={length} BH={bh} {variant}"
 
-                    def run(dtype=dtype, allow_tf32=allow_tf32, d=d, length=length, bh=bh, mask=mask, causal=causal,
-                            noise=noise, dropout=dropout, lse=lse, sq=sq):
+                    def run(dtype=dtype, allow_tf32=allow_tf32, d=d, length=length, bh=bh, normalizer=normalizer,
+                            mask=mask, causal=causal, dropout=dropout, kl=kl):
                         saved = torch.backends.cuda.matmul.allow_tf32
                         torch.backends.cuda.matmul.allow_tf32 = allow_tf32
                         try:
-                            if tiles(dtype, d, d, interpret=False) is None:
+                            if not takes(dtype, d, d, interpret=False):
                                 return  # no tiling: the chunked PyTorch path takes these
-                            q, k, v = (torch.empty(bh, length, d, device="meta", dtype=dtype) for _ in range(3))
-                            km = torch.empty(bh, length, device="meta", dtype=torch.int8) if mask else None
+                            posterior, prior = names[normalizer]
+                            bam = BAM(posterior, prior, key_dim=d).to("meta")
+                            q, k, v = (torch.empty(bh // 8, 8, length, d, device="meta", dtype=dtype) for _ in range(3))
+                            key_mask = torch.empty(bh // 8, 1, 1, length, device="meta", dtype=torch.bool) if mask \
+                                else None
                             seed = torch.empty(1, device="meta", dtype=torch.long)
-                            options = (causal, d ** -0.5, noise, 0.1, dropout, lse, sq, False)
-                            out, norm, row_lse, row_sq = forward(q, k, v, km, seed, *options)
-                            backward(q, k, v, km, seed, out, norm, row_lse, torch.empty_like(out),
-                                     torch.empty_like(row_lse), torch.empty_like(row_sq), *options)
+                            fused = kl_kind(bam.kl_kernel) if kl and not causal else 0
+                            net = bam.prior_net
+                            weights = [net.hidden.weight, net.hidden.bias, net.out.weight, net.out.bias] \
+                                if fused and net is not None else [None] * 4
+                            noise = NOISE_WEIBULL if posterior == "weibull" else NOISE_LOGNORMAL
+                            options = (causal, d ** -0.5, noise, bam.noise_scale, dropout, fused,
+                                       constants(bam.kl_kernel), False, ACTIVATIONS["relu"], kl and causal, False)
+                            out, kl_value, stats = attention_forward(q, k, v, key_mask, seed, *weights, *options)
+                            attention_backward(q, k, v, key_mask, seed, *weights, out, stats, torch.empty_like(out),
+                                               kl_value if fused else None, None, *options)
                         finally:
                             torch.backends.cuda.matmul.allow_tf32 = saved
                     yield name, run

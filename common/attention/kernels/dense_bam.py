@@ -1,23 +1,38 @@
-"""Flash-style Triton kernels for dense BAM attention (see :mod:`common.attention.dense_bam`).
+r"""Flash-attention kernels for dense BAM attention (see :mod:`common.attention.dense_bam`).
 
-One program handles a block of queries of one (batch, head) and streams over blocks of keys
-with an online softmax, as FlashAttention does, so the ``[queries x keys]`` matrix never
-exists. The BAM noise and the dropout mask are drawn inside the kernel from Philox4x32-10
-(``tl.philox``), one call per entry with the counter ``(key, query, batch*head)`` and the call's
-seed: the same entry always gets the same draws whatever the tiling, so the backward kernels
-draw them again instead of storing them. The seed is a device tensor the kernels read, so a
-call reads nothing back to the host and a CUDA graph's replays draw fresh noise.
+BAM's sample ``W = softmax(s + c n)`` (Fan et al., 2020, Sec. 3.2, in log space; ``n = log(-log u)``
+for the Weibull posterior with ``c = 1/k``, ``n ~ N(0, 1)`` for the Lognormal with ``c = sigma``) is
+attention with an additive random bias, so the kernels are FlashAttention-2's with the noise added
+to each score tile:
 
-Outputs of the forward kernel: the attention output, each query's log-normaliser of the
-noisy scores (for the backward pass) and the row statistics of the KL
-(:mod:`common.attention.bam_stats`): ``LSE_i`` of the clean scores and ``S2_i = sum_j s_ij^2``.
-The backward pass is two kernels, one over key blocks (``dk``, ``dv``) and one over query
-blocks (``dq``), with ``dS = P (dP - D) + dLSE p + 2 dS2 s`` and ``D_i = dO_i . O_i``.
-Offsets are int64 (``bh * n_q * d`` passes 2^31 at L = 16384 with 1024 batch*heads); all the
-arithmetic is float32 whatever the input dtype; :func:`tiles` picks the tiles per dtype and head size.
+* :func:`_forward`: one program per 128 queries (warps along the queries) streams over the keys
+  with an online softmax in base 2 and writes the output and, per query, the noisy scores'
+  log-normaliser (for the backward pass) and the KL's row statistics (the clean scores'
+  ``LSE_i`` and ``S2_i = sum_j s_ij^2``, :mod:`common.attention.bam_stats`). Where the noise is
+  bounded enough (:func:`shared_max`) the clean and noisy softmaxes share one running maximum.
+* :func:`_backward`: one program per block of keys streams over the queries and computes the
+  transposed score tile ``S^T = K Q^T`` once per step: ``dV``, ``dK`` stay in registers, ``dQ``
+  is added to a float32 buffer with atomics (FlashAttention-2's scheme), so the noise is drawn
+  once in the backward pass; ``dS = P (dP - D) + dLSE p + 2 dS2 s`` with ``D_i = dO_i . O_i``.
 
-:func:`standard_noise` writes the noise and the dropout scale the kernels use for given
-sizes and seeds, so tests can hand the same noise to the materialised path.
+Noise: Philox4x32-7 (Random123's seven-round Philox, which passes BigCrush; FlashAttention's dropout
+uses the same) keyed by the call's seed, a device tensor the kernels read (no host read; a CUDA
+graph's replays draw fresh noise). One call at counter ``(k', q', batch*head, stream)`` feeds four
+entries, ``(q + 8a, k + 8b)`` for ``a, b in {0, 1}`` with ``q' = 8 floor(q / 16) + q mod 8`` (and
+``k'`` alike): those four lie in one thread's registers in the tensor cores' accumulator layout
+whichever of queries and keys are the rows, so the forward and the transposed backward tiles draw
+the same words for the same entry with no data movement, and the draws do not depend on the tiling.
+Each 32-bit word gives a uniform ``u = (m + 1/2) 2^-23`` from its high 23 bits (never 0 or 1); the
+Weibull log-noise is ``log2(-log2 u)``, which is ``(log(-log u) - log log 2) / log 2``: the offset
+cancels in the softmax and ``log2 e`` is the base change, so the law is unchanged. The Lognormal
+noise takes Box-Muller pairs, ``sqrt(-2 log u0) (cos, sin)(2 pi u1)`` from two words, two entries.
+Dropout (``u >= p``) takes a second stream of 32-bit words. On a GPU ``log2``, ``sin`` and ``cos``
+are the special-function unit's approximations (``lg2.approx``: relative error below 2^-22).
+
+Arithmetic is float32 whatever the input dtype; products use the tensor cores with float32
+accumulation (``tl.dot``); offsets are int64. :func:`tiles` picks tiles per dtype and head size.
+:func:`standard_noise` writes the noise and dropout scale the kernels use, so tests can hand the
+same draws to the materialised path.
 """
 from __future__ import annotations
 
@@ -27,293 +42,380 @@ import torch
 import triton
 import triton.language as tl
 from torch import Tensor
+from triton.language.extra import libdevice
 
-from . import int_key, launch, precompile
+from . import launch
 
 NOISE_NONE, NOISE_WEIBULL, NOISE_LOGNORMAL = 0, 1, 2
+LOG2E = 1.4426950408889634
+#: Philox stream of the dropout draws (the noise is stream 0).
+_DROPOUT_STREAM = 1
+
+
+# ------------------------------------------------------------------------------ random numbers ----
+@triton.jit
+def _pair_columns(x0, x1, R: tl.constexpr, C: tl.constexpr):
+    """``[R, C]`` tiles -> ``[R, 2C]``: column ``16h + 8b + j`` is ``x_b[:, 8h + j]``."""
+    x = tl.reshape(tl.join(x0, x1), (R, C // 8, 8, 2))
+    return tl.reshape(tl.permute(x, (0, 1, 3, 2)), (R, 2 * C))
 
 
 @triton.jit
-def _dot(a, b, PRECISION: tl.constexpr):
-    """``a @ b`` accumulated in float32 with the given input precision (``ieee``, ``tf32x3``, ``tf32``)."""
-    return tl.dot(a, b, input_precision=PRECISION)
+def _pair_rows(x0, x1, R: tl.constexpr, C: tl.constexpr):
+    """``[R, C]`` tiles -> ``[2R, C]``: row ``16g + 8a + i`` is ``x_a[8g + i, :]``."""
+    x = tl.reshape(tl.join(x0, x1), (R // 8, 8, C, 2))
+    return tl.reshape(tl.permute(x, (0, 3, 1, 2)), (2 * R, C))
 
 
 @triton.jit
-def _box_muller(u1, u2):
-    """A standard normal ``sqrt(-2 log u1) cos(2 pi u2)`` from two uniforms in [0, 1) (``u1`` clamped at
-    1e-7, as ``tl.randn``). The cosine is a polynomial, not libdevice's ``cosf``, whose reduction of large
-    arguments keeps a 32-byte array on the stack: with ``a = |u2 - 1/2|`` and ``b = min(a, 1/2 - a)``,
-    ``cos(2 pi u2) = -cos(2 pi a) = sign * cos(2 pi b)`` with ``2 pi b`` in [0, pi/2], where the Taylor
-    series to the 12th power is within 7e-9."""
-    a = tl.abs(u2 - 0.5)
-    x = 6.283185307179586 * tl.minimum(a, 0.5 - a)
-    x2 = x * x
-    cos = 1.0 + x2 * (-1 / 2 + x2 * (1 / 24 + x2 * (-1 / 720 + x2 * (1 / 40320 + x2 * (-1 / 3628800
-                                                                                    + x2 / 479001600)))))
-    return tl.sqrt(-2.0 * tl.log(tl.maximum(u1, 1.0e-7))) * tl.where(a > 0.25, cos, -cos)
+def _tile_of_four(x00, x01, x10, x11, ROWS_ARE_QUERIES: tl.constexpr, R: tl.constexpr, C: tl.constexpr):
+    """The ``[R, C]`` tile of the four ``[R/2, C/2]`` tiles ``x_ab`` (``a``: query half, ``b``: key half)."""
+    if ROWS_ARE_QUERIES:
+        return _pair_rows(_pair_columns(x00, x01, R // 2, C // 2), _pair_columns(x10, x11, R // 2, C // 2), R // 2, C)
+    else:
+        return _pair_rows(_pair_columns(x00, x10, R // 2, C // 2), _pair_columns(x01, x11, R // 2, C // 2), R // 2, C)
 
 
 @triton.jit
-def _draws(seed, bh, offs_m, offs_n, drop_p, NOISE: tl.constexpr, DROPOUT: tl.constexpr):
-    """The standard log-noise (``log(-log u)`` for Weibull, ``N(0, 1)`` for Lognormal, 0 for none) and the
-    dropout scale (``[u >= p] / (1 - p)``, or 1) of a tile, from one Philox4x32-10 call per entry whose
-    counter is (key, query, batch*head, 0): no product of the indices, so nothing wraps at any length."""
-    zero = tl.zeros([offs_m.shape[0], offs_n.shape[0]], tl.uint32)
-    key = offs_n[None, :].to(tl.uint32) + zero
-    query = offs_m[:, None].to(tl.uint32) + zero
-    w0, w1, w2, _ = tl.philox(seed, key, query, (bh.to(tl.uint32) + zero), zero)
-    noise = tl.zeros([offs_m.shape[0], offs_n.shape[0]], tl.float32)
+def _philox(seed, bh, row0, col0, stream, ROWS_ARE_QUERIES: tl.constexpr, R: tl.constexpr, C: tl.constexpr):
+    """The four ``[R/2, C/2]`` word tiles of the Philox4x32-7 calls of the tile at ``(row0, col0)`` (multiples
+    of 16), in the order ``x00, x01, x10, x11`` of :func:`_tile_of_four`."""
+    rows = (row0 // 2 + tl.arange(0, R // 2)).to(tl.uint32)
+    cols = (col0 // 2 + tl.arange(0, C // 2)).to(tl.uint32)
+    zero = tl.zeros([R // 2, C // 2], tl.uint32)
+    if ROWS_ARE_QUERIES:
+        keys, queries = cols[None, :] + zero, rows[:, None] + zero
+    else:
+        keys, queries = rows[:, None] + zero, cols[None, :] + zero
+    return tl.philox(seed, keys, queries, bh.to(tl.uint32) + zero, stream + zero, 7)
+
+
+@triton.jit
+def _uniform(w):
+    """``(m + 1/2) 2^-23`` in (0, 1) from the 23 high bits ``m`` of ``w``."""
+    return (w >> 9 | 0x3F800000).to(tl.float32, bitcast=True) - (1.0 - 2.0 ** -24)
+
+
+@triton.jit
+def _log2(x, FAST: tl.constexpr):
+    if FAST:
+        return libdevice.fast_log2f(x)
+    else:
+        return tl.log2(x)
+
+
+@triton.jit
+def _weibull(w, FAST: tl.constexpr):
+    """``log2(-log2 u)``: the Weibull log-noise in base 2, up to a constant."""
+    return _log2(-_log2(_uniform(w), FAST), FAST)
+
+
+@triton.jit
+def _box_muller(w0, w1, FAST: tl.constexpr):
+    """Two standard normals ``r cos(t)``, ``r sin(t)``, ``r = sqrt(-2 log u0)``, ``t = 2 pi u1``."""
+    radius = tl.sqrt(-2.0 * 0.6931471805599453 * _log2(_uniform(w0), FAST))
+    angle = 6.283185307179586 * _uniform(w1)
+    if FAST:
+        return radius * libdevice.fast_cosf(angle), radius * libdevice.fast_sinf(angle)
+    else:
+        return radius * tl.cos(angle), radius * tl.sin(angle)
+
+
+@triton.jit
+def _noise(seed, bh, row0, col0, ROWS_ARE_QUERIES: tl.constexpr, R: tl.constexpr, C: tl.constexpr,
+           NOISE: tl.constexpr, FAST: tl.constexpr):
+    """The standard log-noise of a tile in base 2: ``log2(-log2 u)`` (Weibull) or ``log2(e) eps`` (Lognormal)."""
+    w00, w01, w10, w11 = _philox(seed, bh, row0, col0, 0, ROWS_ARE_QUERIES, R, C)
     if NOISE == 1:
-        u = tl.random.uint_to_uniform_float(w0)
-        u = tl.minimum(tl.maximum(u, 1.1754943508222875e-38), 1.0 - 1.1920928955078125e-07)
-        noise = tl.log(-tl.log(u))
-    elif NOISE == 2:
-        noise = _box_muller(tl.random.uint_to_uniform_float(w0), tl.random.uint_to_uniform_float(w1))
-    keep = tl.full([offs_m.shape[0], offs_n.shape[0]], 1.0, tl.float32)
-    if DROPOUT:
-        keep = tl.where(tl.random.uint_to_uniform_float(w2) >= drop_p, 1.0 / (1.0 - drop_p), 0.0)
-    return noise, keep
+        n00, n01, n10, n11 = _weibull(w00, FAST), _weibull(w01, FAST), _weibull(w10, FAST), _weibull(w11, FAST)
+    else:
+        n00, n01 = _box_muller(w00, w01, FAST)
+        n10, n11 = _box_muller(w10, w11, FAST)
+        n00, n01, n10, n11 = n00 * 1.4426950408889634, n01 * 1.4426950408889634, n10 * 1.4426950408889634, \
+            n11 * 1.4426950408889634
+    return _tile_of_four(n00, n01, n10, n11, ROWS_ARE_QUERIES, R, C)
 
 
 @triton.jit
-def _tile(q, k_ptr, km_ptr, seed, bh, offs_m, offs_n, offs_d, n_q, n_k, d, noise_scale, drop_p,
-          HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, NOISE: tl.constexpr, DROPOUT: tl.constexpr,
-          PRECISION: tl.constexpr):
-    """Clean scores ``s`` (-inf where hidden), noisy scores ``z``, visibility and dropout scale of one tile."""
-    k = tl.load(k_ptr + offs_n[None, :] * d + offs_d[:, None],
-                mask=(offs_n[None, :] < n_k) & (offs_d[:, None] < d), other=0.0)
-    s = _dot(q, k.to(q.dtype), PRECISION)
-    valid = (offs_n[None, :] < n_k) & (offs_m[:, None] < n_q)
+def _kept(seed, bh, row0, col0, threshold, ROWS_ARE_QUERIES: tl.constexpr, R: tl.constexpr, C: tl.constexpr):
+    """Dropout's keep mask of a tile: a 32-bit word ``>= threshold = round(p 2^32)``."""
+    w00, w01, w10, w11 = _philox(seed, bh, row0, col0, 1, ROWS_ARE_QUERIES, R, C)
+    return _tile_of_four(w00, w01, w10, w11, ROWS_ARE_QUERIES, R, C) >= threshold.to(tl.uint32)
+
+
+# ------------------------------------------------------------------------------------ forward ----
+@triton.jit
+def _dot(a, b, PRECISION: tl.constexpr, FAST: tl.constexpr):
+    """``a @ b`` accumulated in float32 (``PRECISION``: ``ieee``, ``tf32x3`` or ``tf32`` for float32 inputs). Triton's
+    interpreter (``FAST`` off) multiplies bfloat16 operands wrongly: there they are float32 first (a product of
+    two bfloat16 numbers is exact in float32, so only the order of the sums differs from the tensor cores)."""
+    if FAST:
+        return tl.dot(a, b, input_precision=PRECISION)
+    else:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+
+
+@triton.jit
+def _key_bias(mask_base, offs_n, n_k, stride_mn, HAS_MASK: tl.constexpr):
+    """0 for the visible keys of a block, ``-inf`` for hidden ones and those past ``n_k``."""
+    visible = offs_n < n_k
     if HAS_MASK:
-        km = tl.load(km_ptr + offs_n, mask=offs_n < n_k, other=0)
-        valid = valid & (km[None, :] != 0)
-    if CAUSAL:
-        valid = valid & (offs_n[None, :] <= offs_m[:, None])
-    s = tl.where(valid, s, float("-inf"))
-    z = s
-    keep = tl.full(s.shape, 1.0, tl.float32)
-    if NOISE != 0 or DROPOUT:
-        noise, keep = _draws(seed, bh, offs_m, offs_n, drop_p, NOISE, DROPOUT)
-        if NOISE != 0:
-            z = s + noise_scale * noise
-    return s, z, valid, keep
+        visible = visible & (tl.load(mask_base + offs_n * stride_mn, mask=offs_n < n_k, other=0) != 0)
+    return tl.where(visible, 0.0, float("-inf"))
 
 
 @triton.jit
-def _forward(q_ptr, k_ptr, v_ptr, km_ptr, out_ptr, norm_ptr, lse_ptr, sq_ptr, seed_ptr,
-             n_q, n_k, d, dv, scale, noise_scale, drop_p,
-             HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, NOISE: tl.constexpr, DROPOUT: tl.constexpr,
-             WANT_LSE: tl.constexpr, WANT_SQ: tl.constexpr, PRECISION: tl.constexpr,
-             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr):
-    pid_m, bh = tl.program_id(0), tl.program_id(1).to(tl.int64)  # int64: bh * n_q * d passes 2^31
-    seed = tl.load(seed_ptr)
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, BLOCK_D)
-    offs_dv = tl.arange(0, BLOCK_DV)
-    q = tl.load(q_ptr + bh * n_q * d + offs_m[:, None] * d + offs_d[None, :],
-                mask=(offs_m[:, None] < n_q) & (offs_d[None, :] < d), other=0.0)
-    q = (q.to(tl.float32) * scale).to(q.dtype)
-    k_base, v_base, km_base = k_ptr + bh * n_k * d, v_ptr + bh * n_k * dv, km_ptr + bh * n_k
-    m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
-    l_i = tl.zeros((BLOCK_M,), tl.float32)
-    m_c = tl.full((BLOCK_M,), float("-inf"), tl.float32)
-    l_c = tl.zeros((BLOCK_M,), tl.float32)
-    sq = tl.zeros((BLOCK_M,), tl.float32)
-    acc = tl.zeros((BLOCK_M, BLOCK_DV), tl.float32)
-    end = n_k
-    if CAUSAL:  # the keys after the block's last query are hidden from all its queries
-        end = tl.minimum(n_k, (pid_m + 1) * BLOCK_M)
-    for start in range(0, end, BLOCK_N):
-        offs_n = start + tl.arange(0, BLOCK_N)
-        s, z, valid, keep = _tile(q, k_base, km_base, seed, bh, offs_m, offs_n, offs_d, n_q, n_k, d,
-                                  noise_scale, drop_p, HAS_MASK, CAUSAL, NOISE, DROPOUT, PRECISION)
-        if WANT_LSE:
-            m_new = tl.maximum(m_c, tl.max(s, 1))
-            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-            l_c = l_c * tl.exp(m_c - m_safe) + tl.sum(tl.exp(s - m_safe[:, None]), 1)
-            m_c = m_new
-        if WANT_SQ:
-            sq += tl.sum(tl.where(valid, s * s, 0.0), 1)
-        m_new = tl.maximum(m_i, tl.max(z, 1))
+def _forward_block(acc, m_n, l_n, m_c, l_c, sq, q, k_base, v_base, mask_base, seed, bh, row0, start, offs_m, offs_d,
+                   offs_dv, n_k, head_d, head_dv, stride_kn, stride_vn, stride_mn, qk_scale, noise_scale, threshold,
+                   HAS_MASK: tl.constexpr, DIAGONAL: tl.constexpr, NOISE: tl.constexpr, DROPOUT: tl.constexpr,
+                   WANT_LSE: tl.constexpr, WANT_SQ: tl.constexpr, SHARED_MAX: tl.constexpr, FAST: tl.constexpr,
+                   PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """One key block of the online softmaxes (noisy ``m_n, l_n``, clean ``m_c, l_c``, base 2)."""
+    offs_n = start + tl.arange(0, BLOCK_N)
+    k_t = tl.load(k_base + offs_n[None, :] * stride_kn + offs_d[:, None],
+                  mask=(offs_n[None, :] < n_k) & (offs_d[:, None] < head_d), other=0.0)
+    s = _dot(q, k_t, PRECISION, FAST)
+    s2 = s * qk_scale + _key_bias(mask_base, offs_n, n_k, stride_mn, HAS_MASK)[None, :]
+    if DIAGONAL:
+        s2 = tl.where(offs_n[None, :] <= offs_m[:, None], s2, float("-inf"))
+    z2 = s2
+    if NOISE != 0:
+        z2 = s2 + noise_scale * _noise(seed, bh, row0, start, True, BLOCK_M, BLOCK_N, NOISE, FAST)
+    if WANT_LSE and SHARED_MAX:  # one running maximum, of the clean scores, for both softmaxes
+        m_new = tl.maximum(m_n, tl.max(s2, 1))
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        p = tl.exp(z - m_safe[:, None])
-        alpha = tl.exp(m_i - m_safe)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(v_base + offs_n[:, None] * dv + offs_dv[None, :],
-                    mask=(offs_n[:, None] < n_k) & (offs_dv[None, :] < dv), other=0.0)
-        acc = acc * alpha[:, None] + _dot((p * keep).to(v.dtype), v, PRECISION)
-        m_i = m_new
-    m_safe = tl.where(m_i == float("-inf"), 0.0, m_i)
-    out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
-    row_ok = offs_m < n_q
-    tl.store(out_ptr + bh * n_q * dv + offs_m[:, None] * dv + offs_dv[None, :], out.to(out_ptr.dtype.element_ty),
-             mask=row_ok[:, None] & (offs_dv[None, :] < dv))
-    tl.store(norm_ptr + bh * n_q + offs_m, tl.where(l_i > 0, m_safe + tl.log(tl.where(l_i > 0, l_i, 1.0)), 0.0),
-             mask=row_ok)
-    if WANT_LSE:
-        m_safe = tl.where(m_c == float("-inf"), 0.0, m_c)
-        lse = tl.where(l_c > 0, m_safe + tl.log(tl.where(l_c > 0, l_c, 1.0)), float("-inf"))
-        tl.store(lse_ptr + bh * n_q + offs_m, lse, mask=row_ok)
+        alpha = tl.exp2(m_n - m_safe)
+        l_c = l_c * alpha + tl.sum(tl.exp2(s2 - m_safe[:, None]), 1)
+        m_c = m_new
+    else:
+        if WANT_LSE:
+            mc_new = tl.maximum(m_c, tl.max(s2, 1))
+            mc_safe = tl.where(mc_new == float("-inf"), 0.0, mc_new)
+            l_c = l_c * tl.exp2(m_c - mc_safe) + tl.sum(tl.exp2(s2 - mc_safe[:, None]), 1)
+            m_c = mc_new
+        m_new = tl.maximum(m_n, tl.max(z2, 1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp2(m_n - m_safe)
+    p = tl.exp2(z2 - m_safe[:, None])
+    l_n = l_n * alpha + tl.sum(p, 1)
+    if DROPOUT:
+        p = tl.where(_kept(seed, bh, row0, start, threshold, True, BLOCK_M, BLOCK_N), p, 0.0)
+    v = tl.load(v_base + offs_n[:, None] * stride_vn + offs_dv[None, :],
+                mask=(offs_n[:, None] < n_k) & (offs_dv[None, :] < head_dv), other=0.0)
+    acc = acc * alpha[:, None] + _dot(p.to(v.dtype), v, PRECISION, FAST)
     if WANT_SQ:
-        tl.store(sq_ptr + bh * n_q + offs_m, sq, mask=row_ok)
+        sq += tl.sum(tl.where(s2 > float("-inf"), s * s, 0.0), 1)
+    return acc, m_new, l_n, m_c, l_c, sq
 
 
 @triton.jit
-def _grad_scores(q, k_base, v_base, km_base, do, norm, delta, d_lse, lse, d_sq, seed, bh,
-                 offs_m, offs_n, offs_d, offs_dv, n_q, n_k, d, dv, noise_scale, drop_p,
-                 HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, NOISE: tl.constexpr, DROPOUT: tl.constexpr,
-                 WANT_LSE: tl.constexpr, WANT_SQ: tl.constexpr, PRECISION: tl.constexpr):
-    """``(dS, P * keep)`` of one tile: the score gradient and the dropped weights."""
-    s, z, valid, keep = _tile(q, k_base, km_base, seed, bh, offs_m, offs_n, offs_d, n_q, n_k, d,
-                              noise_scale, drop_p, HAS_MASK, CAUSAL, NOISE, DROPOUT, PRECISION)
-    p = tl.exp(z - norm[:, None])  # 0 where hidden (z = -inf)
-    v = tl.load(v_base + offs_n[:, None] * dv + offs_dv[None, :],
-                mask=(offs_n[:, None] < n_k) & (offs_dv[None, :] < dv), other=0.0)
-    dp = _dot(do, tl.trans(v.to(do.dtype)), PRECISION) * keep
-    ds = p * (dp - delta[:, None])
-    if WANT_LSE:
-        ds += d_lse[:, None] * tl.exp(s - lse[:, None])
-    if WANT_SQ:
-        ds += 2.0 * d_sq[:, None] * tl.where(valid, s, 0.0)
-    return ds, p * keep
-
-
-@triton.jit
-def _query_rows(q_ptr, do_ptr, norm_ptr, delta_ptr, dlse_ptr, lse_ptr, dsq_ptr, bh, offs_m, offs_d, offs_dv,
-                n_q, d, dv, scale):
-    """A block of query rows for the backward pass: the scaled queries, the output gradient and
-    the per-row statistics saved by the forward (zeros beyond ``n_q``)."""
-    row_ok = offs_m < n_q
-    q = tl.load(q_ptr + bh * n_q * d + offs_m[:, None] * d + offs_d[None, :],
-                mask=row_ok[:, None] & (offs_d[None, :] < d), other=0.0)
-    q = (q.to(tl.float32) * scale).to(q.dtype)
-    do = tl.load(do_ptr + bh * n_q * dv + offs_m[:, None] * dv + offs_dv[None, :],
-                 mask=row_ok[:, None] & (offs_dv[None, :] < dv), other=0.0)
-    norm = tl.load(norm_ptr + bh * n_q + offs_m, mask=row_ok, other=0.0)
-    delta = tl.load(delta_ptr + bh * n_q + offs_m, mask=row_ok, other=0.0)
-    d_lse = tl.load(dlse_ptr + bh * n_q + offs_m, mask=row_ok, other=0.0)
-    lse = tl.load(lse_ptr + bh * n_q + offs_m, mask=row_ok, other=0.0)
-    d_sq = tl.load(dsq_ptr + bh * n_q + offs_m, mask=row_ok, other=0.0)
-    return q, do, norm, delta, d_lse, lse, d_sq
-
-
-@triton.jit
-def _backward_kv(q_ptr, k_ptr, v_ptr, km_ptr, do_ptr, norm_ptr, delta_ptr, dlse_ptr, lse_ptr, dsq_ptr,
-                 dk_ptr, dv_ptr, seed_ptr, n_q, n_k, d, dv, scale, noise_scale, drop_p,
-                 HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, NOISE: tl.constexpr, DROPOUT: tl.constexpr,
-                 WANT_LSE: tl.constexpr, WANT_SQ: tl.constexpr, PRECISION: tl.constexpr,
-                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr):
-    pid_n, bh = tl.program_id(0), tl.program_id(1).to(tl.int64)
-    seed = tl.load(seed_ptr)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, BLOCK_D)
-    offs_dv = tl.arange(0, BLOCK_DV)
-    k_base, v_base, km_base = k_ptr + bh * n_k * d, v_ptr + bh * n_k * dv, km_ptr + bh * n_k
-    dk = tl.zeros((BLOCK_N, BLOCK_D), tl.float32)
-    dvv = tl.zeros((BLOCK_N, BLOCK_DV), tl.float32)
-    start_m = 0
-    if CAUSAL:
-        start_m = (pid_n * BLOCK_N) // BLOCK_M * BLOCK_M
-    for start in range(start_m, n_q, BLOCK_M):
-        offs_m = start + tl.arange(0, BLOCK_M)
-        q, do, norm, delta, d_lse, lse, d_sq = _query_rows(q_ptr, do_ptr, norm_ptr, delta_ptr, dlse_ptr, lse_ptr,
-                                                           dsq_ptr, bh, offs_m, offs_d, offs_dv, n_q, d, dv, scale)
-        ds, pk = _grad_scores(q, k_base, v_base, km_base, do, norm, delta, d_lse, lse, d_sq, seed, bh,
-                              offs_m, offs_n, offs_d, offs_dv, n_q, n_k, d, dv, noise_scale, drop_p,
-                              HAS_MASK, CAUSAL, NOISE, DROPOUT, WANT_LSE, WANT_SQ, PRECISION)
-        dvv += _dot(tl.trans(pk).to(do.dtype), do, PRECISION)
-        dk += _dot(tl.trans(ds).to(q.dtype), q, PRECISION)
-    col_ok = offs_n < n_k
-    tl.store(dk_ptr + bh * n_k * d + offs_n[:, None] * d + offs_d[None, :], dk.to(dk_ptr.dtype.element_ty),
-             mask=col_ok[:, None] & (offs_d[None, :] < d))
-    tl.store(dv_ptr + bh * n_k * dv + offs_n[:, None] * dv + offs_dv[None, :], dvv.to(dv_ptr.dtype.element_ty),
-             mask=col_ok[:, None] & (offs_dv[None, :] < dv))
-
-
-@triton.jit
-def _backward_q(q_ptr, k_ptr, v_ptr, km_ptr, do_ptr, norm_ptr, delta_ptr, dlse_ptr, lse_ptr, dsq_ptr, dq_ptr,
-                seed_ptr, n_q, n_k, d, dv, scale, noise_scale, drop_p,
-                HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, NOISE: tl.constexpr, DROPOUT: tl.constexpr,
-                WANT_LSE: tl.constexpr, WANT_SQ: tl.constexpr, PRECISION: tl.constexpr,
-                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr):
+def _forward(Q, K, V, MASK, OUT, ROWS, SEED,
+             stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn, stride_vb, stride_vh, stride_vn,
+             stride_ob, stride_oh, stride_om, stride_mb, stride_mh, stride_mn,
+             H, n_q, n_k, head_d, head_dv, sm_scale, qk_scale, noise_scale, threshold, keep_scale,
+             HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, NOISE: tl.constexpr, DROPOUT: tl.constexpr,
+             WANT_LSE: tl.constexpr, WANT_SQ: tl.constexpr, SHARED_MAX: tl.constexpr, FAST: tl.constexpr,
+             PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+             BLOCK_DV: tl.constexpr):
+    """``OUT = dropout(softmax(s + c n)) V`` for one block of queries; ``ROWS[0]``: the noisy log2-normaliser,
+    ``ROWS[1]``: ``LSE_i`` of the clean scores (natural log), ``ROWS[2]``: ``S2_i``."""
     pid_m, bh = tl.program_id(0), tl.program_id(1).to(tl.int64)
-    seed = tl.load(seed_ptr)
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, BLOCK_D)
-    offs_dv = tl.arange(0, BLOCK_DV)
-    row_ok = offs_m < n_q
-    q, do, norm, delta, d_lse, lse, d_sq = _query_rows(q_ptr, do_ptr, norm_ptr, delta_ptr, dlse_ptr, lse_ptr, dsq_ptr,
-                                                       bh, offs_m, offs_d, offs_dv, n_q, d, dv, scale)
-    k_base, v_base, km_base = k_ptr + bh * n_k * d, v_ptr + bh * n_k * dv, km_ptr + bh * n_k
-    dq = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
-    end = n_k
+    b, h = bh // H, bh % H
+    seed = tl.load(SEED)
+    row0 = pid_m * BLOCK_M
+    offs_m = row0 + tl.arange(0, BLOCK_M)
+    offs_d, offs_dv = tl.arange(0, BLOCK_D), tl.arange(0, BLOCK_DV)
+    q = tl.load(Q + b * stride_qb + h * stride_qh + offs_m[:, None] * stride_qm + offs_d[None, :],
+                mask=(offs_m[:, None] < n_q) & (offs_d[None, :] < head_d), other=0.0)
+    k_base, v_base = K + b * stride_kb + h * stride_kh, V + b * stride_vb + h * stride_vh
+    mask_base = MASK + b * stride_mb + h * stride_mh
+    m_n = tl.full((BLOCK_M,), float("-inf"), tl.float32)
+    m_c = tl.full((BLOCK_M,), float("-inf"), tl.float32)
+    l_n, l_c, sq = tl.zeros((BLOCK_M,), tl.float32), tl.zeros((BLOCK_M,), tl.float32), tl.zeros((BLOCK_M,), tl.float32)
+    acc = tl.zeros((BLOCK_M, BLOCK_DV), tl.float32)
+    diagonal = n_k  # keys [0, diagonal) are visible to every query of the block
     if CAUSAL:
-        end = tl.minimum(n_k, (pid_m + 1) * BLOCK_M)
-    for start in range(0, end, BLOCK_N):
-        offs_n = start + tl.arange(0, BLOCK_N)
-        ds, pk = _grad_scores(q, k_base, v_base, km_base, do, norm, delta, d_lse, lse, d_sq, seed, bh,
-                              offs_m, offs_n, offs_d, offs_dv, n_q, n_k, d, dv, noise_scale, drop_p,
-                              HAS_MASK, CAUSAL, NOISE, DROPOUT, WANT_LSE, WANT_SQ, PRECISION)
-        k = tl.load(k_base + offs_n[:, None] * d + offs_d[None, :],
-                    mask=(offs_n[:, None] < n_k) & (offs_d[None, :] < d), other=0.0)
-        dq += _dot(ds.to(k.dtype), k, PRECISION)
-    tl.store(dq_ptr + bh * n_q * d + offs_m[:, None] * d + offs_d[None, :], (dq * scale).to(dq_ptr.dtype.element_ty),
-             mask=row_ok[:, None] & (offs_d[None, :] < d))
+        diagonal = tl.minimum(n_k, row0)
+    for start in range(0, diagonal, BLOCK_N):
+        acc, m_n, l_n, m_c, l_c, sq = _forward_block(
+            acc, m_n, l_n, m_c, l_c, sq, q, k_base, v_base, mask_base, seed, bh, row0, start, offs_m, offs_d,
+            offs_dv, n_k, head_d, head_dv, stride_kn, stride_vn, stride_mn, qk_scale, noise_scale, threshold,
+            HAS_MASK, False, NOISE, DROPOUT, WANT_LSE, WANT_SQ, SHARED_MAX, FAST, PRECISION, BLOCK_M, BLOCK_N)
+    if CAUSAL:
+        for start in range(diagonal, tl.minimum(n_k, row0 + BLOCK_M), BLOCK_N):
+            acc, m_n, l_n, m_c, l_c, sq = _forward_block(
+                acc, m_n, l_n, m_c, l_c, sq, q, k_base, v_base, mask_base, seed, bh, row0, start, offs_m, offs_d,
+                offs_dv, n_k, head_d, head_dv, stride_kn, stride_vn, stride_mn, qk_scale, noise_scale, threshold,
+                HAS_MASK, True, NOISE, DROPOUT, WANT_LSE, WANT_SQ, SHARED_MAX, FAST, PRECISION, BLOCK_M, BLOCK_N)
+    row_ok = offs_m < n_q
+    l_safe = tl.where(l_n > 0, l_n, 1.0)
+    out = acc * (keep_scale / l_safe)[:, None]
+    tl.store(OUT + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_om + offs_dv[None, :],
+             out.to(OUT.dtype.element_ty), mask=row_ok[:, None] & (offs_dv[None, :] < head_dv))
+    rows = ROWS + bh * n_q + offs_m
+    stat = tl.num_programs(1) * n_q  # the stride between the row statistics
+    tl.store(rows, tl.where(l_n > 0, tl.where(m_n == float("-inf"), 0.0, m_n) + tl.log2(l_safe), 0.0), mask=row_ok)
+    if WANT_LSE:
+        lse = (tl.where(m_c == float("-inf"), 0.0, m_c) + tl.log2(tl.where(l_c > 0, l_c, 1.0))) * 0.6931471805599453
+        tl.store(rows + stat, tl.where(l_c > 0, lse, float("-inf")), mask=row_ok)
+    if WANT_SQ:
+        tl.store(rows + 2 * stat, sq * sm_scale * sm_scale, mask=row_ok)
+
+
+# ----------------------------------------------------------------------------------- backward ----
+@triton.jit
+def _backward_block(dk, dv, k, v, key_bias, Q, DO, NORM, GRADS, DQ, q_base, do_base, dq_base, seed, bh, key0,
+                    start_m, offs_n, offs_d, offs_dv, n_q, head_d, head_dv, stride_qm, stride_dom, stat,
+                    sm_scale, qk_scale, noise_scale, threshold, keep_scale,
+                    DIAGONAL: tl.constexpr, NOISE: tl.constexpr, DROPOUT: tl.constexpr, WANT_LSE: tl.constexpr,
+                    WANT_SQ: tl.constexpr, FAST: tl.constexpr, PRECISION: tl.constexpr, BLOCK_M: tl.constexpr,
+                    BLOCK_N: tl.constexpr):
+    """One block of queries against the program's keys, on transposed tiles ``[keys, queries]``."""
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    row_ok = offs_m < n_q
+    q_t = tl.load(q_base + offs_m[None, :] * stride_qm + offs_d[:, None],
+                  mask=row_ok[None, :] & (offs_d[:, None] < head_d), other=0.0)
+    s_t = _dot(k, q_t, PRECISION, FAST)
+    s2_t = s_t * qk_scale + key_bias[:, None]
+    if DIAGONAL:
+        s2_t = tl.where(offs_n[:, None] <= offs_m[None, :], s2_t, float("-inf"))
+    z2_t = s2_t
+    if NOISE != 0:
+        z2_t = s2_t + noise_scale * _noise(seed, bh, key0, start_m, False, BLOCK_N, BLOCK_M, NOISE, FAST)
+    rows = bh * n_q + offs_m
+    p_t = tl.exp2(z2_t - tl.load(NORM + rows, mask=row_ok, other=float("inf"))[None, :])
+    do = tl.load(do_base + offs_m[:, None] * stride_dom + offs_dv[None, :],
+                 mask=row_ok[:, None] & (offs_dv[None, :] < head_dv), other=0.0)
+    dp_t = _dot(v, tl.trans(do), PRECISION, FAST)
+    kept = p_t
+    if DROPOUT:
+        keep = _kept(seed, bh, key0, start_m, threshold, False, BLOCK_N, BLOCK_M)
+        kept = tl.where(keep, p_t, 0.0)
+        dp_t = tl.where(keep, dp_t * keep_scale, 0.0)
+    dv += _dot(kept.to(do.dtype), do, PRECISION, FAST)
+    ds_t = p_t * (dp_t - tl.load(GRADS + rows, mask=row_ok, other=0.0)[None, :])
+    if WANT_LSE:  # d LSE_i / d s_ij = exp(s_ij - LSE_i); GRADS[2] holds LSE_i in base 2, +inf on empty rows
+        d_lse = tl.load(GRADS + stat + rows, mask=row_ok, other=0.0)
+        lse2 = tl.load(GRADS + 2 * stat + rows, mask=row_ok, other=float("inf"))
+        ds_t += d_lse[None, :] * tl.exp2(s2_t - lse2[None, :])
+    if WANT_SQ:  # d S2_i / d s_ij = 2 s_ij
+        d_sq = tl.load(GRADS + 3 * stat + rows, mask=row_ok, other=0.0)
+        ds_t += (2.0 * sm_scale) * d_sq[None, :] * tl.where(s2_t > float("-inf"), s_t, 0.0)
+    q = tl.trans(q_t)
+    dk += _dot(ds_t.to(q.dtype), q, PRECISION, FAST)
+    dq = _dot(tl.trans(ds_t).to(k.dtype), k, PRECISION, FAST)
+    tl.atomic_add(dq_base + offs_m[:, None] * head_d + offs_d[None, :], dq * sm_scale,
+                  mask=row_ok[:, None] & (offs_d[None, :] < head_d), sem="relaxed")
+    return dk, dv
 
 
 @triton.jit
-def _noise_kernel(noise_ptr, keep_ptr, seed_ptr, n_q, n_k, drop_p, NOISE: tl.constexpr,
-                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    pid_m, pid_n, bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    noise, keep = _draws(tl.load(seed_ptr), bh, offs_m, offs_n, drop_p, NOISE, True)
-    where = bh * n_q * n_k + offs_m[:, None] * n_k + offs_n[None, :]
-    ok = (offs_m[:, None] < n_q) & (offs_n[None, :] < n_k)
-    tl.store(noise_ptr + where, noise, mask=ok)
-    tl.store(keep_ptr + where, keep, mask=ok)
+def _backward(Q, K, V, MASK, DO, NORM, GRADS, DQ, DK, DV, SEED,
+              stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn, stride_vb, stride_vh, stride_vn,
+              stride_dob, stride_doh, stride_dom, stride_mb, stride_mh, stride_mn,
+              H, n_q, n_k, head_d, head_dv, sm_scale, qk_scale, noise_scale, threshold, keep_scale,
+              HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, NOISE: tl.constexpr, DROPOUT: tl.constexpr,
+              WANT_LSE: tl.constexpr, WANT_SQ: tl.constexpr, ADD_DK: tl.constexpr, FAST: tl.constexpr,
+              PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+              BLOCK_DV: tl.constexpr):
+    """``dK``, ``dV`` of one block of keys, and their share of ``dQ`` (float32 ``DQ [BH, n_q, head_d]``, added
+    atomically). ``GRADS`` holds per query ``D_i``, ``dLSE_i``, ``LSE_i`` in base 2 and ``dS2_i``; with
+    ``ADD_DK`` the program adds its gradient to what ``DK`` holds (the KL's own share)."""
+    pid_n, bh = tl.program_id(0), tl.program_id(1).to(tl.int64)
+    b, h = bh // H, bh % H
+    seed = tl.load(SEED)
+    key0 = pid_n * BLOCK_N
+    offs_n = key0 + tl.arange(0, BLOCK_N)
+    offs_d, offs_dv = tl.arange(0, BLOCK_D), tl.arange(0, BLOCK_DV)
+    col_ok = offs_n < n_k
+    k = tl.load(K + b * stride_kb + h * stride_kh + offs_n[:, None] * stride_kn + offs_d[None, :],
+                mask=col_ok[:, None] & (offs_d[None, :] < head_d), other=0.0)
+    v = tl.load(V + b * stride_vb + h * stride_vh + offs_n[:, None] * stride_vn + offs_dv[None, :],
+                mask=col_ok[:, None] & (offs_dv[None, :] < head_dv), other=0.0)
+    key_bias = _key_bias(MASK + b * stride_mb + h * stride_mh, offs_n, n_k, stride_mn, HAS_MASK)
+    q_base, do_base = Q + b * stride_qb + h * stride_qh, DO + b * stride_dob + h * stride_doh
+    dq_base = DQ + bh * n_q * head_d
+    stat = tl.num_programs(1) * n_q
+    dk = tl.zeros((BLOCK_N, BLOCK_D), tl.float32)
+    dv = tl.zeros((BLOCK_N, BLOCK_DV), tl.float32)
+    start = 0
+    if CAUSAL:  # queries before key0 see none of these keys; up to `full` some of them
+        start = key0 // BLOCK_M * BLOCK_M
+        full = tl.minimum(tl.cdiv(key0 + BLOCK_N, BLOCK_M) * BLOCK_M, tl.cdiv(n_q, BLOCK_M) * BLOCK_M)
+        for start_m in range(start, full, BLOCK_M):
+            dk, dv = _backward_block(
+                dk, dv, k, v, key_bias, Q, DO, NORM, GRADS, DQ, q_base, do_base, dq_base, seed, bh, key0, start_m,
+                offs_n, offs_d, offs_dv, n_q, head_d, head_dv, stride_qm, stride_dom, stat, sm_scale, qk_scale,
+                noise_scale, threshold, keep_scale, True, NOISE, DROPOUT, WANT_LSE, WANT_SQ, FAST, PRECISION,
+                BLOCK_M, BLOCK_N)
+        start = full
+    for start_m in range(start, n_q, BLOCK_M):
+        dk, dv = _backward_block(
+            dk, dv, k, v, key_bias, Q, DO, NORM, GRADS, DQ, q_base, do_base, dq_base, seed, bh, key0, start_m,
+            offs_n, offs_d, offs_dv, n_q, head_d, head_dv, stride_qm, stride_dom, stat, sm_scale, qk_scale,
+            noise_scale, threshold, keep_scale, False, NOISE, DROPOUT, WANT_LSE, WANT_SQ, FAST, PRECISION,
+            BLOCK_M, BLOCK_N)
+    where = bh * n_k * head_d + offs_n[:, None] * head_d + offs_d[None, :]
+    ok = col_ok[:, None] & (offs_d[None, :] < head_d)
+    dk = dk * sm_scale
+    if ADD_DK:
+        dk += tl.load(DK + where, mask=ok, other=0.0).to(tl.float32)
+    tl.store(DK + where, dk.to(DK.dtype.element_ty), mask=ok)
+    tl.store(DV + bh * n_k * head_dv + offs_n[:, None] * head_dv + offs_dv[None, :], (dv * keep_scale).to(
+        DV.dtype.element_ty), mask=col_ok[:, None] & (offs_dv[None, :] < head_dv))
 
 
+@triton.jit
+def _noise_kernel(NOISE_OUT, KEEP_OUT, SEED, n_q, n_k, threshold, keep_scale, NOISE: tl.constexpr,
+                  ROWS_ARE_QUERIES: tl.constexpr, FAST: tl.constexpr, BLOCK: tl.constexpr):
+    """The natural-log noise and dropout scale the kernels draw, written ``[BH, n_q, n_k]`` from tiles whose rows
+    are the queries or (``ROWS_ARE_QUERIES=False``, as the backward pass draws them) the keys."""
+    pid_r, pid_c, bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
+    seed = tl.load(SEED)
+    offs_r = pid_r * BLOCK + tl.arange(0, BLOCK)
+    offs_c = pid_c * BLOCK + tl.arange(0, BLOCK)
+    noise = _noise(seed, bh, pid_r * BLOCK, pid_c * BLOCK, ROWS_ARE_QUERIES, BLOCK, BLOCK, NOISE, FAST)
+    if NOISE == 1:  # log(-log u) = log(2) log2(-log2 u) + log(log 2)
+        noise = noise * 0.6931471805599453 - 0.36651292058166435
+    else:
+        noise = noise * 0.6931471805599453
+    keep = tl.where(_kept(seed, bh, pid_r * BLOCK, pid_c * BLOCK, threshold, ROWS_ARE_QUERIES, BLOCK, BLOCK),
+                    keep_scale, 0.0)
+    if ROWS_ARE_QUERIES:
+        where = bh * n_q * n_k + offs_r[:, None] * n_k + offs_c[None, :]
+        ok = (offs_r[:, None] < n_q) & (offs_c[None, :] < n_k)
+    else:
+        where = bh * n_q * n_k + offs_c[None, :] * n_k + offs_r[:, None]
+        ok = (offs_c[None, :] < n_q) & (offs_r[:, None] < n_k)
+    tl.store(NOISE_OUT + where, noise, mask=ok)
+    tl.store(KEEP_OUT + where, keep, mask=ok)
+
+
+# ------------------------------------------------------------------------------------ launchers ----
 class Tiles(NamedTuple):
-    """The tile and launch options of the three kernels for one dtype and head size."""
+    """The launch options of the forward and backward kernels for one dtype and head size."""
 
     forward: dict
-    backward_kv: dict
-    backward_q: dict
-
-
-def tiles(dtype: torch.dtype, d: int, dv: int, interpret: bool) -> Optional[Tiles]:
-    """Tiles chosen per dtype, float32 product precision and head size so that every kernel compiles without
-    spilling and within the shared memory of an A100 and an H100 (checked by :mod:`common.attention.kernels.aot`),
-    or None where no tiling does (heads wider than :data:`MAX_HEAD_DIM`, and float32 heads wider than 64 with
-    three-pass products: the chunks take those)."""
-    heads = dict(BLOCK_D=max(16, triton.next_power_of_2(d)), BLOCK_DV=max(16, triton.next_power_of_2(dv)))
-    if max(heads.values()) > MAX_HEAD_DIM:
-        return None
-    if interpret:
-        one = dict(BLOCK_M=16, BLOCK_N=16, **heads)
-        return Tiles(one, one, one)
-    entry = _TILES.get((precision(dtype, interpret), max(heads.values()) > 64))
-    if entry is None:
-        return None
-    return Tiles(*({**dict(zip(("BLOCK_M", "BLOCK_N", "num_warps", "num_stages"), t)), "maxnreg": 255, **heads}
-                   for t in entry))
+    backward: dict
 
 
 #: Widest head the kernels take.
 MAX_HEAD_DIM = 128
-#: (product precision, head size > 64) -> (BLOCK_M, BLOCK_N, num_warps, num_stages) of the forward, backward
-#: dk/dv and backward dq kernels: tiles that compile for sm_80 and sm_90 with no spilled register at every launch
-#: of :mod:`~common.attention.kernels.aot`. Every launch asks for up to 255 registers (``maxnreg``): left to
-#: itself, ptxas held 8-warp kernels to 128 and spilled. Three-pass float32 products of 128-wide heads hold too
-#: much (split operands): no tiling tried, down to 16 x 16, was free of spills at every launch; the chunks take those.
+#: (Hopper or later, product precision, head size > 64) -> (BLOCK_M, BLOCK_N, num_warps, num_stages) of the forward
+#: kernel (queries x keys) and of the backward kernel (queries per step x keys per program); every launch asks for
+#: up to 255 registers (``maxnreg``). Checked free of spills and within the shared memory of an A100 and an H100 by
+#: :mod:`common.attention.kernels.aot`.
 _TILES = {
-    ("half", False): ((32, 64, 8, 2), (64, 32, 8, 2), (32, 64, 8, 2)),
-    ("half", True): ((32, 64, 8, 2), (32, 32, 8, 2), (32, 64, 8, 2)),
-    ("tf32", False): ((32, 64, 8, 2), (32, 32, 8, 2), (32, 64, 8, 2)),
-    ("tf32", True): ((32, 32, 8, 2), (16, 32, 8, 2), (16, 64, 8, 2)),
-    ("tf32x3", False): ((32, 64, 8, 2), (16, 32, 4, 2), (16, 64, 8, 2)),
+    (True, "half", False): ((128, 64, 8, 2), (32, 128, 8, 2)),
+    (True, "half", True): ((128, 64, 8, 2), (16, 128, 8, 2)),
+    (True, "tf32", False): ((128, 32, 8, 2), (32, 128, 8, 2)),
+    (True, "tf32", True): ((64, 32, 4, 2), (16, 16, 4, 2)),
+    (True, "tf32x3", False): ((64, 32, 4, 2), (16, 16, 4, 2)),
+    (False, "half", False): ((128, 64, 8, 2), (32, 128, 8, 2)),
+    (False, "half", True): ((128, 64, 8, 2), (16, 128, 8, 2)),
+    (False, "tf32", False): ((128, 32, 8, 2), (32, 128, 8, 2)),
+    (False, "tf32", True): ((64, 32, 4, 2), (16, 16, 4, 2)),
+    (False, "tf32x3", False): ((64, 32, 4, 2), (16, 16, 4, 2)),
 }
 
 
@@ -328,78 +430,124 @@ def precision(dtype: torch.dtype, interpret: bool) -> str:
     return "tf32" if torch.backends.cuda.matmul.allow_tf32 else "tf32x3"
 
 
-def _flags(q: Tensor, key_mask: Optional[Tensor], causal: bool, noise_kind: int, dropout: float, want_lse: bool,
-           want_sq: bool, interpret: bool) -> dict:
-    return dict(HAS_MASK=key_mask is not None, CAUSAL=causal, NOISE=noise_kind, DROPOUT=dropout > 0,
-                WANT_LSE=want_lse, WANT_SQ=want_sq, PRECISION=_dot_precision(q.dtype, interpret))
+def takes(dtype: torch.dtype, d: int, dv: int, interpret: bool) -> bool:
+    """Whether the kernels take this dtype, float32 product precision and head size (:func:`tiles` is not None),
+    whatever the GPU: no heads wider than :data:`MAX_HEAD_DIM`, no float32 heads wider than 64 with three-pass
+    products."""
+    return interpret or (max(d, dv) <= MAX_HEAD_DIM and (True, precision(dtype, interpret), max(
+        16, triton.next_power_of_2(d), triton.next_power_of_2(dv)) > 64) in _TILES)
+
+
+def tiles(dtype: torch.dtype, d: int, dv: int, interpret: bool) -> Optional[Tiles]:
+    """The tiles for this dtype, float32 product precision, head size and the target GPU
+    (:func:`~common.attention.kernels.target_arch`), or None where :func:`takes` says no."""
+    heads = dict(BLOCK_D=max(16, triton.next_power_of_2(d)), BLOCK_DV=max(16, triton.next_power_of_2(dv)))
+    if max(heads.values()) > MAX_HEAD_DIM:
+        return None
+    if interpret:
+        return Tiles(dict(BLOCK_M=32, BLOCK_N=16, **heads), dict(BLOCK_M=16, BLOCK_N=32, **heads))
+    from . import target_arch
+    entry = _TILES.get((target_arch() >= 90, precision(dtype, interpret), max(heads.values()) > 64))
+    if entry is None:
+        return None
+    return Tiles(*({**dict(zip(("BLOCK_M", "BLOCK_N", "num_warps", "num_stages"), t)), "maxnreg": 255, **heads}
+                   for t in entry))
+
+
+def shared_max(noise_kind: int, noise_scale: float) -> bool:
+    """Whether the noisy softmax may share the clean one's running maximum: the base-2 noise of an entry is
+    ``c log2(-log2 u)`` in ``[-23.5 c, 4.6 c]`` (Weibull, ``u`` in ``[2^-24, 1 - 2^-24]``) or ``c log2(e) eps``
+    with ``|eps| <= 5.8`` (Lognormal), so the noisy weights relative to the clean maximum stay within
+    ``2^(+-100)`` when ``c`` is below these bounds: no overflow, and the row's largest clean entry keeps the
+    noisy sum a normal float."""
+    if noise_kind == NOISE_WEIBULL:
+        return noise_scale * 23.5 <= 100
+    return noise_kind == NOISE_NONE or noise_scale * LOG2E * 5.8 <= 100
+
+
+def dropout_threshold(p: float) -> tuple[int, float]:
+    """``(round(p 2^32), 1 / (1 - p))``: an entry is kept when its 32-bit word is at least the threshold."""
+    return min(int(round(p * 2.0 ** 32)), 2 ** 32 - 1), (1.0 / (1.0 - p) if p < 1 else 0.0)
+
+
+def _strides(x: Tensor) -> tuple:
+    return x.stride(0), x.stride(1), x.stride(2)
+
+
+def _flags(q: Tensor, key_mask: Optional[Tensor], causal: bool, noise_kind: int, noise_scale: float, dropout: float,
+           want_lse: bool, want_sq: bool, interpret: bool) -> dict:
+    kind = precision(q.dtype, interpret)
+    return dict(HAS_MASK=key_mask is not None, CAUSAL=causal, NOISE=noise_kind if noise_scale else NOISE_NONE,
+                DROPOUT=dropout > 0, WANT_LSE=want_lse, WANT_SQ=want_sq, FAST=not interpret,
+                PRECISION="tf32" if kind == "half" else kind)
+
+
+def _mask_args(q: Tensor, key_mask: Optional[Tensor]) -> tuple:
+    """The key mask (broadcastable to ``[B, H, 1, K]``, read where it is) and its batch, head and key strides, 0 on
+    broadcast dimensions (a dummy without a mask)."""
+    if key_mask is None:
+        return (q,) + (0, 0, 0)
+    pad = 4 - key_mask.dim()
+    shape, strides = (1,) * pad + tuple(key_mask.shape), (0,) * pad + tuple(key_mask.stride())
+    return (key_mask,) + tuple(0 if shape[i] == 1 else strides[i] for i in (0, 1, 3))
 
 
 def forward(q: Tensor, k: Tensor, v: Tensor, key_mask: Optional[Tensor], seed: Tensor, causal: bool, scale: float,
-            noise_kind: int, noise_scale: float, dropout: float, want_lse: bool, want_sq: bool, interpret: bool):
-    """``(out, norm, LSE, S2)`` of ``q [BH, Q, d]``, ``k [BH, K, d]``, ``v [BH, K, dv]`` (contiguous) with a key
-    mask ``[BH, K]`` (int8, or None): the output, each query's log-normaliser of the noisy scores, and the KL's
-    row statistics (zeros where not wanted). ``seed`` is a one-element int64 tensor on the device, read by the
-    kernels (no host synchronisation; CUDA graphs replay fresh draws). No autograd: the custom operator
-    ``attention_suite::dense_bam`` (:mod:`common.attention.dense_bam`) wraps this and :func:`backward`. The
-    backward kernels are compiled and loaded here too, so that one that cannot run fails in the forward."""
-    BH, n_q, d = q.shape
-    n_k, dv = k.shape[1], v.shape[2]
-    out = q.new_empty(BH, n_q, dv)
-    norm, lse, sq = (torch.zeros(BH, n_q, device=q.device, dtype=torch.float32) for _ in range(3))
-    km = key_mask if key_mask is not None else q.new_zeros(1, dtype=torch.int8)
-    tile = tiles(q.dtype, d, dv, interpret)
-    flags = _flags(q, key_mask, causal, noise_kind, dropout, want_lse, want_sq, interpret)
-    grid = (triton.cdiv(n_q, tile.forward["BLOCK_M"]), BH)
-    launch("dense_bam", _forward, grid, q, k, v, km, out, norm, lse, sq, seed, n_q, n_k, d, dv, scale, noise_scale,
-           dropout, **flags, **tile.forward)
-    key = (q.dtype, tuple(flags.items()), tuple(tuple(t.items()) for t in tile), int_key(n_q, n_k, d, dv))
-    common = (seed, n_q, n_k, d, dv, scale, noise_scale, dropout)  # the backward kernels, with stand-ins
-    precompile("dense_bam", key, _backward_kv, (1, 1), q, k, v, km, out, norm, norm, lse, lse, sq, k, v,
-               *common, **flags, **tile.backward_kv)
-    precompile("dense_bam", key, _backward_q, (1, 1), q, k, v, km, out, norm, norm, lse, lse, sq, q,
-               *common, **flags, **tile.backward_q)
-    return out, norm, lse, sq
+            noise_kind: int, noise_scale: float, dropout: float, want_lse: bool, want_sq: bool, interpret: bool,
+            out: Tensor, rows: Tensor) -> None:
+    """Fill ``out [B, H, Q, dv]`` and ``rows [3, B*H, Q]`` (noisy log2-normaliser, clean ``LSE_i``, ``S2_i``) for
+    ``q [B, H, Q, d]``, ``k [B, H, K, d]``, ``v [B, H, K, dv]`` (last dimension contiguous) and a boolean key mask
+    broadcastable to ``[B, H, 1, K]`` (None for none). ``seed`` is a one-element int64 tensor on the device."""
+    B, H, n_q, d = q.shape
+    n_k, dv = k.shape[2], v.shape[3]
+    tile = tiles(q.dtype, d, dv, interpret).forward
+    flags = _flags(q, key_mask, causal, noise_kind, noise_scale, dropout, want_lse, want_sq, interpret)
+    threshold, keep_scale = dropout_threshold(dropout)
+    mask_args = _mask_args(q, key_mask)
+    launch("dense_bam", _forward, (triton.cdiv(n_q, tile["BLOCK_M"]), B * H), q, k, v, mask_args[0],
+           out, rows, seed, *_strides(q), *_strides(k), *_strides(v), *_strides(out), *mask_args[1:],
+           H, n_q, n_k, d, dv, scale, scale * LOG2E, float(noise_scale), threshold,
+           keep_scale, SHARED_MAX=shared_max(noise_kind, noise_scale), **flags, **tile)
 
 
-def backward(q: Tensor, k: Tensor, v: Tensor, key_mask: Optional[Tensor], seed: Tensor, out: Tensor, norm: Tensor,
-             lse: Tensor, d_out: Tensor, d_lse: Tensor, d_sq: Tensor, causal: bool, scale: float, noise_kind: int,
-             noise_scale: float, dropout: float, want_lse: bool, want_sq: bool, interpret: bool):
-    """``(dq, dk, dv)`` of :func:`forward` for the gradients of its output, LSE and S2 (zeros where unused)."""
-    BH, n_q, d = q.shape
-    n_k, dv = k.shape[1], v.shape[2]
-    km = key_mask if key_mask is not None else q.new_zeros(1, dtype=torch.int8)
-    tile = tiles(q.dtype, d, dv, interpret)
-    flags = _flags(q, key_mask, causal, noise_kind, dropout, want_lse, want_sq, interpret)
-    d_out = d_out.contiguous()
-    delta = (d_out.float() * out.float()).sum(-1)  # D_i = dO_i . O_i
-    d_lse, d_sq = d_lse.float().contiguous(), d_sq.float().contiguous()
-    lse_safe = torch.where(torch.isfinite(lse), lse, 0.0)
-    dq, dk, dvv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-    common = (seed, n_q, n_k, d, dv, scale, noise_scale, dropout)
-    launch("dense_bam", _backward_kv, (triton.cdiv(n_k, tile.backward_kv["BLOCK_N"]), BH),
-           q, k, v, km, d_out, norm, delta, d_lse, lse_safe, d_sq, dk, dvv, *common, **flags, **tile.backward_kv)
-    launch("dense_bam", _backward_q, (triton.cdiv(n_q, tile.backward_q["BLOCK_M"]), BH),
-           q, k, v, km, d_out, norm, delta, d_lse, lse_safe, d_sq, dq, *common, **flags, **tile.backward_q)
-    return dq, dk, dvv
+def backward(q: Tensor, k: Tensor, v: Tensor, key_mask: Optional[Tensor], seed: Tensor, d_out: Tensor, norm: Tensor,
+             grads: Tensor, dq: Tensor, dk: Tensor, dv: Tensor, causal: bool, scale: float, noise_kind: int,
+             noise_scale: float, dropout: float, want_lse: bool, want_sq: bool, add_dk: bool, interpret: bool) -> None:
+    """Add ``dQ`` to the float32 ``dq [B*H, Q, d]`` and write ``dk``, ``dv`` (``[B*H, K, *]``, contiguous; with
+    ``add_dk``, added to what ``dk`` holds) of :func:`forward` for the output gradient ``d_out [B, H, Q, dv]``;
+    ``norm [B*H, Q]`` is the forward's noisy normaliser, ``grads [4, B*H, Q]`` holds ``D_i``, ``dLSE_i``,
+    ``LSE_i`` in base 2 (+inf on rows without keys) and ``dS2_i``."""
+    B, H, n_q, d = q.shape
+    n_k, dv_size = k.shape[2], v.shape[3]
+    tile = tiles(q.dtype, d, dv_size, interpret).backward
+    flags = _flags(q, key_mask, causal, noise_kind, noise_scale, dropout, want_lse, want_sq, interpret)
+    threshold, keep_scale = dropout_threshold(dropout)
+    mask_args = _mask_args(q, key_mask)
+    launch("dense_bam", _backward, (triton.cdiv(n_k, tile["BLOCK_N"]), B * H), q, k, v, mask_args[0], d_out, norm,
+           grads, dq, dk, dv, seed, *_strides(q), *_strides(k), *_strides(v), *_strides(d_out), *mask_args[1:],
+           H, n_q, n_k, d, dv_size, scale, scale * LOG2E, float(noise_scale), threshold,
+           keep_scale, ADD_DK=add_dk, **flags, **tile)
 
 
-def _dot_precision(dtype: torch.dtype, interpret: bool) -> str:
-    """``tl.dot``'s ``input_precision`` (half operands ignore it)."""
-    kind = precision(dtype, interpret)
-    return "tf32" if kind == "half" else kind
-
-
-def standard_noise(batch_heads: int, n_q: int, n_k: int, noise_kind: int, seed: Tensor, dropout: float, device):
-    """The standard log-noise ``[BH, Q, K]`` and dropout scale (``keep / (1 - p)``) the kernels draw."""
+def standard_noise(batch_heads: int, n_q: int, n_k: int, noise_kind: int, seed: Tensor, dropout: float, device,
+                   rows_are_queries: bool = True):
+    """The standard log-noise ``[BH, Q, K]`` (``log(-log u)`` or ``eps``) and dropout scale (``keep / (1 - p)``)
+    the kernels draw for ``seed``, from tiles laid out as the forward (``rows_are_queries``) or backward pass."""
     noise = torch.empty(batch_heads, n_q, n_k, device=device, dtype=torch.float32)
     keep = torch.empty_like(noise)
-    block = 32
-    launch("dense_bam", _noise_kernel, (triton.cdiv(n_q, block), triton.cdiv(n_k, block), batch_heads),
-           noise, keep, seed.to(device), n_q, n_k, dropout, NOISE=noise_kind, BLOCK_M=block, BLOCK_N=block)
+    block = 128  # few programs: the interpreter's cost is per program
+    threshold, keep_scale = dropout_threshold(dropout)
+    rows, cols = (n_q, n_k) if rows_are_queries else (n_k, n_q)
+    from . import interpreting
+    launch("dense_bam", _noise_kernel, (triton.cdiv(rows, block), triton.cdiv(cols, block), batch_heads),
+           noise, keep, seed.to(device), n_q, n_k, threshold, keep_scale, NOISE=noise_kind,
+           ROWS_ARE_QUERIES=rows_are_queries, FAST=not interpreting(), BLOCK=block)
     return noise, keep
 
 
 def seed_for_call(device) -> Tensor:
     """A Philox seed drawn on ``device`` from torch's generator (``torch.manual_seed`` repeats a run), as a
     one-element int64 tensor: drawing it reads nothing back to the host."""
-    return torch.randint(0, 1 << 31, (1,), device=device, dtype=torch.int64)
+    return torch.randint(0, 1 << 62, (1,), device=device, dtype=torch.int64)
+
+
