@@ -1,21 +1,23 @@
 /* Edge-wise BAM on the CPU (common/attention/kernels/cpu_edge_bam.py): the two passes of the Triton kernels of
- * common/attention/kernels/edge_bam.py (Fan et al., 2020, Sec. 3.2-3.3) over edges sorted by target, one
- * target node's segment (all heads) per iteration of an OpenMP loop.
+ * common/attention/kernels/edge_bam.py (Fan et al., 2020, Sec. 3.2-3.3) over edges sorted by target.
  *
- * edge_bam_forward: per head, the segment log-sum-exps of the scores s, of the noisy scores z = s + scale n and
- * of the contextual prior's logits r (online over blocks of edges); then the weights W = exp(z - lse(z)) and the
- * KL of every entry (Eq. 4, the closed forms of common/attention/bam.py), written as the segment's share of the
- * mean over all entries: (sum of the entries' KL + const * entries) * inv_count.
+ * edge_bam_forward: per target node and head, the log-sum-exps of the scores s, of the noisy scores
+ * z = s + scale n and of the contextual prior's logits r; the weights W = exp(z - lse(z)) and the KL of every
+ * entry (Eq. 4, the closed forms of common/attention/bam.py), written as each node's share of the mean over
+ * all entries: (sum of its entries' KL + const * entries) * inv_count.
  *
  * edge_bam_backward: the softmax backward of W and the log-softmax backwards of the KL through
  * log p = s - lse(s) and log pi = r - lse(r) (r is log pi already with prior_normalized).
  *
  * Scores, prior logits, given noise, weights and gradients are [edges, heads] float32 and contiguous; lse is
- * [nodes, 3, heads] (s, z, r). The noise n of entry i = edge * heads + head (Weibull: log(-log u); Lognormal:
- * N(0, 1), Box-Muller on the word pairs (2p, 2p + 1)) comes from word i % 4 of Philox4x32-10 with counter
- * (i / 4, i >> 34, 0, 0) and the 64-bit seed as key, and is drawn again in the backward pass. A segment that
- * fits in one block keeps its entries between a pass's two sweeps.
+ * [nodes, 3, heads] (s, z, r). An OpenMP iteration takes RANGE nodes and visits them in spans of whole
+ * segments of at most SPAN entries, so that the vector loops run over many short segments at once; a
+ * longer segment is visited block by block, twice (its statistics first, online, then its entries). The
+ * noise n of entry i = edge * heads + head (Weibull: log(-log u); Lognormal: N(0, 1) by Box-Muller on the
+ * word pairs (2p, 2p + 1)) is word i % 4 of Philox4x32-10 with counter (i / 4, i >> 34, 0, 0) and the 64-bit
+ * seed as key: it depends on the entry only, and the backward pass draws it again.
  */
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -37,23 +39,29 @@ float cosf(float) __attribute__((__simd__("notinbranch")));
 #define KL_NONE 0
 #define KL_WEIBULL 1
 #define KL_LOGNORMAL 2
-#define MAX_HEADS 64                           /* cpu_edge_bam.MAX_HEADS */
-#define WORDS (4 * PHILOX_COUNTERS)            /* the words of one philox_lanes call */
-#define ENTRIES (WORDS - 4)                    /* entries of a block at most: their words from an aligned start */
-#define LOG_TINY (-87.33654475f)               /* log of the smallest normal float: alpha's floor */
+#define MAX_HEADS 64                 /* cpu_edge_bam.MAX_HEADS */
+#define SPAN 1024                    /* entries of a span at most (a multiple of MAX_HEADS) */
+#define RANGE 64                     /* nodes per OpenMP iteration, so per span at most */
+#define WORDS (4 * PHILOX_COUNTERS)  /* the words of one philox_lanes call */
+#define LOG_TINY (-87.33654475f)     /* log of the smallest normal float: alpha's floor */
 
 typedef struct {
     int heads, noise, prior, prior_normalized, kl, centred;
-    float scale, c0, c1, c2, konst, inv_count;
+    float scale, c0, c1, c2, konst, inv_count, g_kl; /* g_kl: the mean KL's gradient per entry (backward) */
     uint64_t seed;
+    const int64_t *ptr;
+    const float *s, *r, *given, *lse_in, *g_w; /* inputs: lse_in and g_w of the backward pass */
+    float *w, *lse, *shares, *d_s, *d_r;       /* outputs: w, lse, the KL shares forward; d_s, d_r backward */
 } spec_t;
 
-/* the standard log-noise of entries [i0, i0 + n), n <= ENTRIES, into `noise` */
-static void draw_noise(float *noise, int64_t i0, int64_t n, const spec_t *sp, const float *given) {
-    if (sp->noise == NOISE_GIVEN) {
-        memcpy(noise, given + i0, sizeof(float) * n);
-        return;
-    }
+/* entries [i0, i0 + n) of nodes [n0, n1): the nodes' whole segments, or a block of one long segment */
+typedef struct {
+    int64_t i0, n, n0, n1;
+    float s[SPAN], z[SPAN], r[SPAN];
+} span_t;
+
+/* the standard log-noise of entries [i0, i0 + n), n <= WORDS - 4, into `noise` */
+static void draw_words(float *noise, int64_t i0, int64_t n, const spec_t *sp) {
     const int64_t start = i0 & ~(int64_t)3, skip = i0 - start, counters = (skip + n + 3) / 4;
     uint32_t lane[4][PHILOX_COUNTERS];
     float all[WORDS];
@@ -79,6 +87,86 @@ static void draw_noise(float *noise, int64_t i0, int64_t n, const spec_t *sp, co
         }
     }
     memcpy(noise, all + skip, sizeof(float) * n);
+}
+
+/* a span's scores, prior logits (when given) and noisy scores */
+static void load(span_t *sn, const spec_t *sp) {
+    memcpy(sn->s, sp->s + sn->i0, sizeof(float) * sn->n);
+    if (sp->prior) memcpy(sn->r, sp->r + sn->i0, sizeof(float) * sn->n);
+    if (sp->noise == NOISE_NONE) {
+        memcpy(sn->z, sn->s, sizeof(float) * sn->n);
+        return;
+    }
+    if (sp->noise == NOISE_GIVEN) {
+        memcpy(sn->z, sp->given + sn->i0, sizeof(float) * sn->n);
+    } else {
+        for (int64_t k = 0; k < sn->n; k += WORDS - 4)
+            draw_words(sn->z + k, sn->i0 + k, sn->n - k < WORDS - 4 ? sn->n - k : WORDS - 4, sp);
+    }
+    const float scale = sp->scale;
+#pragma omp simd
+    for (int64_t k = 0; k < sn->n; ++k) sn->z[k] = sn->s[k] + scale * sn->z[k];
+}
+
+/* node j's entries within the span: [*a, *b) */
+static inline void node_entries(const span_t *sn, const spec_t *sp, int64_t j, int64_t *a, int64_t *b) {
+    const int64_t lo = sp->ptr[j] * sp->heads, hi = sp->ptr[j + 1] * sp->heads;
+    *a = (lo > sn->i0 ? lo : sn->i0) - sn->i0;
+    *b = (hi < sn->i0 + sn->n ? hi : sn->i0 + sn->n) - sn->i0;
+}
+
+/* per node and head: m = max(m, x over the node's entries) */
+static void heads_max(const span_t *sn, const spec_t *sp, const float *restrict x, float *restrict m) {
+    const int heads = sp->heads;
+    for (int64_t j = sn->n0; j < sn->n1; ++j) {
+        int64_t a, b;
+        node_entries(sn, sp, j, &a, &b);
+        float *mj = m + (j - sn->n0) * heads;
+        for (int64_t k = a; k < b; k += heads)
+            for (int h = 0; h < heads; ++h) mj[h] = x[k + h] > mj[h] ? x[k + h] : mj[h];
+    }
+}
+
+/* per node and head: total += x over the node's entries */
+static void heads_sum(const span_t *sn, const spec_t *sp, const float *restrict x, float *restrict total) {
+    const int heads = sp->heads;
+    for (int64_t j = sn->n0; j < sn->n1; ++j) {
+        int64_t a, b;
+        node_entries(sn, sp, j, &a, &b);
+        float *tj = total + (j - sn->n0) * heads;
+        for (int64_t k = a; k < b; k += heads)
+            for (int h = 0; h < heads; ++h) tj[h] += x[k + h];
+    }
+}
+
+/* out[k] = v[node of k][head of k] over the span's entries; v's rows `stride` apart */
+static void tile(const span_t *sn, const spec_t *sp, const float *v, int64_t stride, float *out) {
+    const int heads = sp->heads;
+    for (int64_t j = sn->n0; j < sn->n1; ++j) {
+        int64_t a, b;
+        node_entries(sn, sp, j, &a, &b);
+        for (int64_t k = a; k < b; k += heads) memcpy(out + k, v + (j - sn->n0) * stride, sizeof(float) * heads);
+    }
+}
+
+/* one step of the per-node-and-head streaming log-sum-exp (maxima m, sums l) over the span's entries x; the
+ * terms exp(x - the new maxima) into e */
+static void online_lse(const span_t *sn, const spec_t *sp, const float *x, float *m, float *l, float *e) {
+    const int64_t cells = (sn->n1 - sn->n0) * sp->heads;
+    float top[RANGE * MAX_HEADS], part[RANGE * MAX_HEADS], shift[SPAN];
+    memcpy(top, m, sizeof(float) * cells);
+    heads_max(sn, sp, x, top);
+    for (int64_t c = 0; c < cells; ++c) top[c] = top[c] == -INFINITY ? 0.0f : top[c]; /* no term yet */
+    tile(sn, sp, top, sp->heads, shift);
+#pragma omp simd
+    for (int64_t k = 0; k < sn->n; ++k) e[k] = expf(x[k] - shift[k]);
+    memset(part, 0, sizeof(float) * cells);
+    heads_sum(sn, sp, e, part);
+#pragma omp simd
+    for (int64_t c = 0; c < cells; ++c) {
+        l[c] = (m[c] == -INFINITY ? 0.0f : l[c] * expf(m[c] - top[c])) + part[c];
+        m[c] = l[c] > 0.0f ? top[c] : -INFINITY;
+    }
 }
 
 /* log Gamma(x) for x > 0: six recurrence steps up (one log of their product), then Stirling's series */
@@ -108,97 +196,35 @@ static inline float digamma_positive(float x) {
     return shift + logf(x) - 0.5f * inv - series;
 }
 
-/* a block of a segment: edges [e0, e0 + edges), its entries [e0 heads, +n) as scores, noisy scores and prior
- * logits (the prior's only when given) */
+/* what a pass needs of a span's entries besides s, z, r */
 typedef struct {
-    int64_t i0, n;
-    float s[ENTRIES], z[ENTRIES], r[ENTRIES];
-} block_t;
+    float w[SPAN], logp[SPAN], log_pi[SPAN], p[SPAN], pi[SPAN];
+} probs_t;
 
-static void load(block_t *blk, int64_t e0, int64_t edges, const spec_t *sp, const float *s, const float *r,
-                 const float *given) {
-    blk->i0 = e0 * sp->heads;
-    blk->n = edges * sp->heads;
-    memcpy(blk->s, s + blk->i0, sizeof(float) * blk->n);
-    if (sp->prior) memcpy(blk->r, r + blk->i0, sizeof(float) * blk->n);
-    if (sp->noise == NOISE_NONE) {
-        memcpy(blk->z, blk->s, sizeof(float) * blk->n);
-        return;
-    }
-    draw_noise(blk->z, blk->i0, blk->n, sp, given);
-    const float scale = sp->scale;
-#pragma omp simd
-    for (int64_t k = 0; k < blk->n; ++k) blk->z[k] = blk->s[k] + scale * blk->z[k];
-}
-
-/* per-head values repeated along a block's entries: out[k] = v[k % heads] */
-static void tile(float *out, const float *v, int64_t n, int heads) {
-    for (int64_t k = 0; k < n; k += heads) memcpy(out + k, v, sizeof(float) * heads);
-}
-
-/* per-head sums of a block's entries: sums[h] += x[e heads + h] */
-static void add_heads(float *sums, const float *x, int64_t n, int heads) {
-    for (int64_t k = 0; k < n; k += heads)
-        for (int h = 0; h < heads; ++h) sums[h] += x[k + h];
-}
-
-/* one step of the per-head streaming log-sum-exp (max m, sum l) over a block's entries x */
-static void online_lse(float *m, float *l, const float *x, int64_t n, int heads) {
-    float top[MAX_HEADS], shift[ENTRIES], e[ENTRIES], part[MAX_HEADS];
-    for (int h = 0; h < heads; ++h) top[h] = m[h];
-    for (int64_t k = 0; k < n; k += heads)
-        for (int h = 0; h < heads; ++h) top[h] = x[k + h] > top[h] ? x[k + h] : top[h];
-    for (int h = 0; h < heads; ++h) top[h] = top[h] == -INFINITY ? 0.0f : top[h]; /* (no term yet: l stays 0) */
-    tile(shift, top, n, heads);
-#pragma omp simd
-    for (int64_t k = 0; k < n; ++k) e[k] = expf(x[k] - shift[k]);
-    memset(part, 0, sizeof(float) * heads);
-    add_heads(part, e, n, heads);
-    for (int h = 0; h < heads; ++h) {
-        l[h] = (m[h] == -INFINITY ? 0.0f : l[h] * expf(m[h] - top[h])) + part[h];
-        m[h] = l[h] > 0.0f ? top[h] : -INFINITY;
-    }
-}
-
-/* the log-sum-exps from their running maxima and sums: 0 for a head without a term */
-static void finish_lse(float *out, const float *m, const float *l, int heads) {
-    for (int h = 0; h < heads; ++h) out[h] = l[h] > 0.0f ? m[h] + logf(l[h]) : 0.0f;
-}
-
-/* per entry of a block: log p, log pi, the KL value and its derivatives in log p and log pi (any may be NULL) */
-static void kl_terms(const block_t *blk, const spec_t *sp, const float *lse, float *logp, float *log_pi,
-                     float *value, float *d_logp, float *d_log_pi) {
-    const int64_t n = blk->n;
-    float ls[ENTRIES], lr[ENTRIES];
-    tile(ls, lse, n, sp->heads);
-#pragma omp simd
-    for (int64_t k = 0; k < n; ++k) logp[k] = blk->s[k] - ls[k];
-    if (sp->prior) {
-        tile(lr, lse + 2 * sp->heads, n, sp->heads);
-#pragma omp simd
-        for (int64_t k = 0; k < n; ++k) log_pi[k] = blk->r[k] - (sp->prior_normalized ? 0.0f : lr[k]);
-    }
-    const float c0 = sp->c0, c1 = sp->c1, c2 = sp->c2;
-    if (sp->kl == KL_WEIBULL && sp->prior) {
+/* the entries' KL value and its derivatives in log p and log pi (each output may be NULL) */
+static void kl_terms(int64_t n, const spec_t *sp, const probs_t *q, float *value, float *d_logp, float *d_log_pi) {
+    const float c0 = sp->c0, c1 = sp->c1, c2 = sp->c2, beta = expf(c0);
+    if (sp->kl == KL_WEIBULL && sp->prior) { /* alpha = beta pi, kept above the smallest normal float */
 #pragma omp simd
         for (int64_t k = 0; k < n; ++k) {
-            const float beta_p = expf(logp[k] + c0), log_alpha = log_pi[k] + c0;
-            const float alpha = expf(log_alpha > LOG_TINY ? log_alpha : LOG_TINY);
-            if (value) value[k] = beta_p + lgamma_positive(alpha) + alpha * (c1 - logp[k]);
+            const float beta_p = beta * q->p[k], floor = q->log_pi[k] + c0 < LOG_TINY;
+            const float alpha = floor ? FLT_MIN : beta * q->pi[k];
+            if (value) value[k] = beta_p + lgamma_positive(alpha) + alpha * (c1 - q->logp[k]);
             if (d_logp) d_logp[k] = beta_p - alpha;
-            if (d_log_pi) d_log_pi[k] = log_alpha < LOG_TINY ? 0.0f : (digamma_positive(alpha) + c1 - logp[k]) * alpha;
+            if (d_log_pi) d_log_pi[k] = floor ? 0.0f : (digamma_positive(alpha) + c1 - q->logp[k]) * alpha;
         }
     } else if (sp->kl == KL_WEIBULL) {
 #pragma omp simd
         for (int64_t k = 0; k < n; ++k) {
-            const float beta_p = expf(logp[k] + c0);
-            if (value) value[k] = beta_p - c2 * logp[k];
+            const float beta_p = beta * q->p[k];
+            if (value) value[k] = beta_p - c2 * q->logp[k];
             if (d_logp) d_logp[k] = beta_p - c2;
         }
     } else {
+        const int prior = sp->prior;
 #pragma omp simd
         for (int64_t k = 0; k < n; ++k) {
-            const float diff = logp[k] + c1 - (sp->prior ? log_pi[k] : 0.0f);
+            const float diff = q->logp[k] + c1 - (prior ? q->log_pi[k] : 0.0f);
             if (value) value[k] = c0 * diff * diff;
             if (d_logp) d_logp[k] = 2.0f * c0 * diff;
             if (d_log_pi) d_log_pi[k] = -2.0f * c0 * diff;
@@ -206,123 +232,221 @@ static void kl_terms(const block_t *blk, const spec_t *sp, const float *lse, flo
     }
 }
 
-static void forward_node(int64_t node, const int64_t *ptr, const spec_t *sp, const float *s, const float *r,
-                         const float *given, float *w, float *lse, float *kl) {
-    const int heads = sp->heads;
-    const int64_t first = ptr[node], last = ptr[node + 1], step = ENTRIES / heads;
-    float m[3][MAX_HEADS], l[3][MAX_HEADS], *out = lse + node * 3 * heads;
-    for (int q = 0; q < 3; ++q)
-        for (int h = 0; h < heads; ++h) m[q][h] = -INFINITY, l[q][h] = 0.0f;
-    block_t blk;
-    for (int64_t e0 = first; e0 < last; e0 += step) {
-        load(&blk, e0, last - e0 < step ? last - e0 : step, sp, s, r, given);
-        online_lse(m[1], l[1], blk.z, blk.n, heads);
-        if (sp->kl != KL_NONE) online_lse(m[0], l[0], blk.s, blk.n, heads);
-        if (sp->kl != KL_NONE && sp->prior && !sp->prior_normalized) online_lse(m[2], l[2], blk.r, blk.n, heads);
-    }
-    for (int q = 0; q < 3; ++q) finish_lse(out + q * heads, m[q], l[q], heads);
-    float total = 0.0f;
-    for (int64_t e0 = first; e0 < last; e0 += step) {
-        if (last - first > step) load(&blk, e0, last - e0 < step ? last - e0 : step, sp, s, r, given);
-        float lz[ENTRIES], logp[ENTRIES], log_pi[ENTRIES], value[ENTRIES];
-        tile(lz, out + heads, blk.n, heads);
-        float *wi = w + blk.i0;
+/* the weights and, with a KL, log p, p, log pi and pi of a span's entries, from the log-sum-exps `lse` of its
+ * nodes ([RANGE][3][heads]); with `e` (the terms exp(x - max) of z, s and r whose sums were `l`, [3][RANGE]
+ * [heads]), the weights and probabilities are those terms over their sums, else exp(x - lse) */
+static void probabilities(const span_t *sn, const spec_t *sp, const float *lse, float (*e)[SPAN], const float *l,
+                          probs_t *q) {
+    const int64_t n = sn->n, stride = 3 * sp->heads, cells = (sn->n1 - sn->n0) * sp->heads;
+    float t[SPAN], inv[RANGE * MAX_HEADS];
+#define OVER_SUMS(which, out) /* out = e[which] / l[which] */                          \
+    do {                                                                              \
+        for (int64_t c = 0; c < cells; ++c) /* (no term: none to weigh) */            \
+            inv[c] = l[(which) * cells + c] > 0.0f ? 1.0f / l[(which) * cells + c] : 0.0f; \
+        tile(sn, sp, inv, sp->heads, t);                                              \
+        _Pragma("omp simd") for (int64_t k = 0; k < n; ++k) out[k] = e[which][k] * t[k]; \
+    } while (0)
+    if (e) {
+        OVER_SUMS(1, q->w);
+    } else {
+        tile(sn, sp, lse + sp->heads, stride, t);
 #pragma omp simd
-        for (int64_t k = 0; k < blk.n; ++k) wi[k] = expf(blk.z[k] - lz[k]);
+        for (int64_t k = 0; k < n; ++k) q->w[k] = expf(sn->z[k] - t[k]);
+    }
+    if (sp->kl == KL_NONE) return;
+    tile(sn, sp, lse, stride, t);
+#pragma omp simd
+    for (int64_t k = 0; k < n; ++k) q->logp[k] = sn->s[k] - t[k];
+    if (e) {
+        OVER_SUMS(0, q->p);
+    } else {
+#pragma omp simd
+        for (int64_t k = 0; k < n; ++k) q->p[k] = expf(q->logp[k]);
+    }
+    if (!sp->prior) return;
+    if (sp->prior_normalized) {
+        memcpy(q->log_pi, sn->r, sizeof(float) * n);
+    } else {
+        tile(sn, sp, lse + 2 * sp->heads, stride, t);
+#pragma omp simd
+        for (int64_t k = 0; k < n; ++k) q->log_pi[k] = sn->r[k] - t[k];
+    }
+    if (e && !sp->prior_normalized) {
+        OVER_SUMS(2, q->pi);
+    } else {
+#pragma omp simd
+        for (int64_t k = 0; k < n; ++k) q->pi[k] = expf(q->log_pi[k]);
+    }
+#undef OVER_SUMS
+}
+
+/* a group of spans: one span of whole segments, or (blocks > 1) the blocks of one long segment, `first` its
+ * first span (its i0, n0 and n1) */
+typedef void (*visit_fn)(span_t *first, int64_t blocks, const spec_t *sp);
+
+/* block b of a long segment */
+static void block_of(span_t *sn, const span_t *first, int64_t b, const spec_t *sp) {
+    const int64_t per = (SPAN / sp->heads) * sp->heads, end = sp->ptr[first->n0 + 1] * sp->heads;
+    sn->n0 = first->n0, sn->n1 = first->n1, sn->i0 = first->i0 + b * per;
+    sn->n = end - sn->i0 < per ? end - sn->i0 : per;
+}
+
+/* the groups of nodes [n0, n1) (at most RANGE): whole segments while they fit in SPAN entries, a longer one alone */
+static void visit_range(int64_t n0, int64_t n1, const spec_t *sp, visit_fn visit) {
+    const int64_t *ptr = sp->ptr, heads = sp->heads, per = SPAN / heads;
+    span_t sn;
+    for (int64_t j = n0, end; j < n1; j = end) {
+        for (end = j; end < n1 && (ptr[end + 1] - ptr[j]) * heads <= SPAN; ++end) {
+        }
+        sn.i0 = ptr[j] * heads, sn.n0 = j;
+        if (end > j) { /* nodes [j, end), whole */
+            sn.n = (ptr[end] - ptr[j]) * heads, sn.n1 = end;
+            visit(&sn, 1, sp);
+        } else { /* node j alone, block by block */
+            sn.n1 = end = j + 1;
+            visit(&sn, (ptr[j + 1] - ptr[j] + per - 1) / per, sp);
+        }
+    }
+}
+
+/* the forward pass of a group: its weights, the log-sum-exps and the nodes' KL shares */
+static void forward_group(span_t *first, int64_t blocks, const spec_t *sp) {
+    const int heads = sp->heads;
+    const int64_t nodes = first->n1 - first->n0, cells = nodes * heads;
+    float m[3][RANGE * MAX_HEADS], l[3 * RANGE * MAX_HEADS], log_l[3][RANGE * MAX_HEADS];
+    float lse[RANGE * 3 * MAX_HEADS], e[3][SPAN], value[SPAN], total[RANGE] = {0};
+    probs_t q;
+    span_t blk, *sn = blocks == 1 ? first : &blk;
+    for (int c = 0; c < 3; ++c)
+        for (int64_t k = 0; k < cells; ++k) m[c][k] = -INFINITY, l[c * cells + k] = 0.0f;
+    for (int64_t b = 0; b < blocks; ++b) { /* the statistics */
+        if (blocks > 1) block_of(sn, first, b, sp);
+        load(sn, sp);
+        online_lse(sn, sp, sn->z, m[1], l + cells, e[1]);
+        if (sp->kl != KL_NONE) online_lse(sn, sp, sn->s, m[0], l, e[0]);
+        if (sp->kl != KL_NONE && sp->prior && !sp->prior_normalized)
+            online_lse(sn, sp, sn->r, m[2], l + 2 * cells, e[2]);
+    }
+    for (int c = 0; c < 3; ++c) {
+#pragma omp simd
+        for (int64_t k = 0; k < cells; ++k) log_l[c][k] = logf(l[c * cells + k] > 0.0f ? l[c * cells + k] : 1.0f);
+        for (int64_t j = 0; j < nodes; ++j)
+            for (int h = 0; h < heads; ++h) { /* 0 for a head without a term */
+                const int64_t at = j * heads + h;
+                lse[(3 * j + c) * heads + h] = l[c * cells + at] > 0.0f ? m[c][at] + log_l[c][at] : 0.0f;
+            }
+    }
+    memcpy(sp->lse + first->n0 * 3 * heads, lse, sizeof(float) * 3 * cells);
+    for (int64_t b = 0; b < blocks; ++b) { /* the entries */
+        if (blocks > 1) {
+            block_of(sn, first, b, sp);
+            load(sn, sp);
+        }
+        probabilities(sn, sp, lse, blocks == 1 ? e : 0, l, &q); /* one block: its terms over their sums */
+        memcpy(sp->w + sn->i0, q.w, sizeof(float) * sn->n);
         if (sp->kl == KL_NONE) continue;
-        kl_terms(&blk, sp, out, logp, log_pi, value, 0, 0);
-#pragma omp simd reduction(+ : total)
-        for (int64_t k = 0; k < blk.n; ++k) total += value[k];
-    }
-    kl[node] = (total + sp->konst * (float)((last - first) * heads)) * sp->inv_count;
-}
-
-static void backward_node(int64_t node, const int64_t *ptr, const spec_t *sp, const float *s, const float *r,
-                          const float *given, const float *lse, const float *g_w, float g_kl, float *d_s,
-                          float *d_r) {
-    const int heads = sp->heads;
-    const int64_t first = ptr[node], last = ptr[node + 1], step = ENTRIES / heads;
-    const float *in = lse + node * 3 * heads;
-    const int kl = sp->kl != KL_NONE, prior_sums = kl && sp->prior && !sp->prior_normalized;
-    float sum_gw[MAX_HEADS] = {0}, sum_d[MAX_HEADS] = {0}, sum_dpi[MAX_HEADS] = {0};
-    float lz[ENTRIES], wt[ENTRIES], logp[ENTRIES], log_pi[ENTRIES], d_logp[ENTRIES], d_log_pi[ENTRIES];
-    block_t blk;
-    for (int64_t e0 = first; e0 < last; e0 += step) { /* the segment sums of the three chain rules */
-        load(&blk, e0, last - e0 < step ? last - e0 : step, sp, s, r, given);
-        tile(lz, in + heads, blk.n, heads);
-        if (g_w) {
-            const float *g = g_w + blk.i0;
-#pragma omp simd
-            for (int64_t k = 0; k < blk.n; ++k) wt[k] = g[k] * expf(blk.z[k] - lz[k]);
-            add_heads(sum_gw, wt, blk.n, heads);
-        }
-        if (kl && (!sp->centred || prior_sums)) {
-            kl_terms(&blk, sp, in, logp, log_pi, 0, d_logp, sp->prior ? d_log_pi : 0);
-            add_heads(sum_d, d_logp, blk.n, heads);
-            if (prior_sums) add_heads(sum_dpi, d_log_pi, blk.n, heads);
+        kl_terms(sn->n, sp, &q, value, 0, 0);
+        for (int64_t j = sn->n0; j < sn->n1; ++j) {
+            int64_t a, z;
+            node_entries(sn, sp, j, &a, &z);
+            float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+            for (int64_t k = a; k < z; ++k) sum += value[k];
+            total[j - sn->n0] += sum;
         }
     }
-    for (int64_t e0 = first; e0 < last; e0 += step) {
-        if (last - first > step) load(&blk, e0, last - e0 < step ? last - e0 : step, sp, s, r, given);
-        float *ds = d_s + blk.i0, t_gw[ENTRIES], t_d[ENTRIES];
-        tile(lz, in + heads, blk.n, heads);
-        if (g_w) {
-            const float *g = g_w + blk.i0;
-            tile(t_gw, sum_gw, blk.n, heads);
-#pragma omp simd
-            for (int64_t k = 0; k < blk.n; ++k) ds[k] = expf(blk.z[k] - lz[k]) * (g[k] - t_gw[k]);
-        } else {
-            memset(ds, 0, sizeof(float) * blk.n);
-        }
-        if (!kl) { /* no gradient of the KL: none for the prior either */
-            if (sp->prior) memset(d_r + blk.i0, 0, sizeof(float) * blk.n);
-            continue;
-        }
-        kl_terms(&blk, sp, in, logp, log_pi, 0, d_logp, sp->prior ? d_log_pi : 0);
-        if (sp->centred) { /* sum_j d_logp = 0 (alpha = beta pi): the log-softmax backward is the identity */
-#pragma omp simd
-            for (int64_t k = 0; k < blk.n; ++k) ds[k] += g_kl * d_logp[k];
-        } else {
-            tile(t_d, sum_d, blk.n, heads);
-#pragma omp simd
-            for (int64_t k = 0; k < blk.n; ++k) ds[k] += g_kl * (d_logp[k] - expf(logp[k]) * t_d[k]);
-        }
-        if (!sp->prior) continue;
-        float *dr = d_r + blk.i0;
-        if (sp->prior_normalized) {
-#pragma omp simd
-            for (int64_t k = 0; k < blk.n; ++k) dr[k] = g_kl * d_log_pi[k];
-        } else {
-            tile(t_d, sum_dpi, blk.n, heads);
-#pragma omp simd
-            for (int64_t k = 0; k < blk.n; ++k) dr[k] = g_kl * (d_log_pi[k] - expf(log_pi[k]) * t_d[k]);
-        }
+    for (int64_t j = first->n0; j < first->n1; ++j) {
+        const float entries = (float)((sp->ptr[j + 1] - sp->ptr[j]) * heads);
+        sp->shares[j] = (total[j - first->n0] + sp->konst * entries) * sp->inv_count;
     }
 }
 
-static spec_t make_spec(int heads, uint64_t seed, int noise, int prior, int prior_normalized, int kl, int centred,
-                        float scale, float c0, float c1, float c2, float konst, float inv_count) {
-    spec_t sp = {heads, noise, prior, prior_normalized, kl, centred, scale, c0, c1, c2, konst, inv_count, seed};
-    return sp;
+/* the backward pass of a group: the gradients of its scores and prior logits */
+static void backward_group(span_t *first, int64_t blocks, const spec_t *sp) {
+    const int heads = sp->heads, kl = sp->kl != KL_NONE, prior = kl && sp->prior;
+    const int prior_sums = prior && !sp->prior_normalized, d_sums = kl && !sp->centred;
+    const int64_t cells = (first->n1 - first->n0) * heads;
+    const float *lse = sp->lse_in + first->n0 * 3 * heads, g_kl = sp->g_kl;
+    float sum_gw[RANGE * MAX_HEADS], sum_d[RANGE * MAX_HEADS], sum_dpi[RANGE * MAX_HEADS];
+    float gw[SPAN], d_logp[SPAN], d_log_pi[SPAN], t[SPAN];
+    probs_t q;
+    span_t blk, *sn = blocks == 1 ? first : &blk;
+    memset(sum_gw, 0, sizeof(float) * cells);
+    memset(sum_d, 0, sizeof(float) * cells);
+    memset(sum_dpi, 0, sizeof(float) * cells);
+    for (int64_t b = 0; b < blocks; ++b) { /* the segment sums of the three chain rules */
+        if (blocks > 1) block_of(sn, first, b, sp);
+        load(sn, sp);
+        probabilities(sn, sp, lse, 0, 0, &q);
+        if (sp->g_w) {
+            const float *g = sp->g_w + sn->i0;
+#pragma omp simd
+            for (int64_t k = 0; k < sn->n; ++k) gw[k] = g[k] * q.w[k];
+            heads_sum(sn, sp, gw, sum_gw);
+        }
+        if (!kl) continue;
+        kl_terms(sn->n, sp, &q, 0, d_logp, prior ? d_log_pi : 0);
+        if (d_sums) heads_sum(sn, sp, d_logp, sum_d);
+        if (prior_sums) heads_sum(sn, sp, d_log_pi, sum_dpi);
+    }
+    for (int64_t b = 0; b < blocks; ++b) {
+        if (blocks > 1) {
+            block_of(sn, first, b, sp);
+            load(sn, sp);
+            probabilities(sn, sp, lse, 0, 0, &q);
+            if (kl) kl_terms(sn->n, sp, &q, 0, d_logp, prior ? d_log_pi : 0);
+        }
+        float *ds = sp->d_s + sn->i0;
+        if (sp->g_w) {
+            const float *g = sp->g_w + sn->i0;
+            tile(sn, sp, sum_gw, heads, t);
+#pragma omp simd
+            for (int64_t k = 0; k < sn->n; ++k) ds[k] = q.w[k] * (g[k] - t[k]);
+        } else {
+            memset(ds, 0, sizeof(float) * sn->n);
+        }
+        if (!kl) continue;
+        if (d_sums) {
+            tile(sn, sp, sum_d, heads, t);
+#pragma omp simd
+            for (int64_t k = 0; k < sn->n; ++k) ds[k] += g_kl * (d_logp[k] - q.p[k] * t[k]);
+        } else { /* sum_j d_logp = 0 (alpha = beta pi): the log-softmax backward is the identity */
+#pragma omp simd
+            for (int64_t k = 0; k < sn->n; ++k) ds[k] += g_kl * d_logp[k];
+        }
+        if (!prior) continue;
+        float *dr = sp->d_r + sn->i0;
+        if (prior_sums) {
+            tile(sn, sp, sum_dpi, heads, t);
+#pragma omp simd
+            for (int64_t k = 0; k < sn->n; ++k) dr[k] = g_kl * (d_log_pi[k] - q.pi[k] * t[k]);
+        } else {
+#pragma omp simd
+            for (int64_t k = 0; k < sn->n; ++k) dr[k] = g_kl * d_log_pi[k];
+        }
+    }
+}
+
+static void run(const spec_t *sp, int64_t nodes, int threads, visit_fn visit) {
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+    for (int64_t n0 = 0; n0 < nodes; n0 += RANGE) visit_range(n0, n0 + RANGE < nodes ? n0 + RANGE : nodes, sp, visit);
 }
 
 void edge_bam_forward(const float *s, const float *r, const float *given, const int64_t *ptr, int64_t nodes,
-                      int heads, float *w, float *lse, float *kl, int threads, uint64_t seed, int noise, int prior,
+                      int heads, float *w, float *lse, float *shares, int threads, uint64_t seed, int noise, int prior,
                       int prior_normalized, int kl_kind, float scale, float c0, float c1, float c2, float konst,
                       float inv_count) {
-    const spec_t sp = make_spec(heads, seed, noise, prior, prior_normalized, kl_kind, 0, scale, c0, c1, c2, konst,
-                                inv_count);
-#pragma omp parallel for num_threads(threads) schedule(dynamic, 64)
-    for (int64_t node = 0; node < nodes; ++node) forward_node(node, ptr, &sp, s, r, given, w, lse, kl);
+    const spec_t sp = {heads, noise, prior, prior_normalized, kl_kind, 0, scale, c0, c1, c2, konst, inv_count, 0.0f,
+                       seed, ptr, s, r, given, 0, 0, w, lse, shares, 0, 0};
+    run(&sp, nodes, threads, forward_group);
 }
 
 void edge_bam_backward(const float *s, const float *r, const float *given, const int64_t *ptr, int64_t nodes,
                        int heads, const float *lse, const float *g_w, const float *g_kl, float *d_s, float *d_r,
                        int threads, uint64_t seed, int noise, int prior, int prior_normalized, int kl_kind,
                        int centred, float scale, float c0, float c1, float c2, float inv_count) {
-    const spec_t sp = make_spec(heads, seed, noise, prior, prior_normalized, g_kl ? kl_kind : KL_NONE, centred,
-                                scale, c0, c1, c2, 0.0f, inv_count);
-    const float g = g_kl ? *g_kl * inv_count : 0.0f; /* the mean's gradient, per entry */
-#pragma omp parallel for num_threads(threads) schedule(dynamic, 64)
-    for (int64_t node = 0; node < nodes; ++node) backward_node(node, ptr, &sp, s, r, given, lse, g_w, g, d_s, d_r);
+    /* without the KL's gradient, nothing flows back through the KL: the prior's gradient is zero */
+    const spec_t sp = {heads, noise, prior, prior_normalized, kl_kind, centred, scale, c0, c1, c2, 0.0f, inv_count,
+                       g_kl ? *g_kl * inv_count : 0.0f, seed, ptr, s, r, given, lse, g_w, 0, 0, 0, d_s, d_r};
+    run(&sp, nodes, threads, backward_group);
 }
