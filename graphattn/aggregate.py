@@ -14,6 +14,9 @@ edge values, which attention needs.
 """
 from __future__ import annotations
 
+import ctypes
+import functools
+import os
 import warnings
 from dataclasses import dataclass, field
 from typing import Dict, Optional, Tuple
@@ -22,6 +25,9 @@ import torch
 from torch import Tensor
 from torch_geometric import EdgeIndex
 from torch_geometric.index import index2ptr, ptr2index
+
+from common.attention.kernels import cpu_bam
+from common.attention.kernels.cpu_bam import threads_for
 
 
 #: dtypes with sparse CSR products and sampled products on CPU (MKL) and CUDA; others (float16,
@@ -50,12 +56,24 @@ class HeadPattern:
 
         Row ``r * heads + h`` holds the ``degree[r]`` edges of row ``r``, from
         ``heads * ptr[r] + h * degree[r]`` on, so edge ``q`` of row ``r`` and head ``h`` is
-        non-zero ``(heads - 1) * ptr[r] + q + h * degree[r]``: gathers over the edges, broadcasts
-        and two scatters over the non-zeros (no repeats or sorts), in 32-bit integers where the
-        sizes allow.
+        non-zero ``(heads - 1) * ptr[r] + q + h * degree[r]``. On the CPU one pass of C
+        (``common/attention/kernels/cpu/head_pattern.c``, where it builds) writes the pattern; else
+        gathers over the edges, broadcasts and two scatters over the non-zeros (no repeats or sorts),
+        in 32-bit integers where the sizes allow.
         """
         num_rows, num_edges = ptr.numel() - 1, cols.numel()
-        dtype = torch.int32 if heads * max(num_edges, num_rows, num_cols) < 2**31 else torch.long
+        small = heads * max(num_edges, num_rows, num_cols) < 2**31
+        shape = (num_rows * heads, num_cols * heads)
+        if small and ptr.device.type == "cpu" and _native() is not None:
+            crow = torch.empty(num_rows * heads + 1, dtype=torch.int32)
+            col, value_index = (torch.empty(heads * num_edges, dtype=torch.int32) for _ in range(2))
+            entry = torch.empty_like(col) if order is None else None
+            inputs = [None if x is None else x.long().contiguous() for x in (ptr, cols, order)]
+            outputs = (crow, col, value_index, entry)
+            _native().head_pattern(*(None if x is None else x.data_ptr() for x in inputs), num_rows, heads,
+                                   *(None if x is None else x.data_ptr() for x in outputs), threads_for(col.numel()))
+            return cls(crow, col, value_index, entry, shape)
+        dtype = torch.int32 if small else torch.long
         device = ptr.device
         ptr, cols = ptr.to(dtype), cols.to(dtype)
         head = torch.arange(heads, dtype=dtype, device=device)
@@ -69,7 +87,7 @@ class HeadPattern:
         col = torch.empty_like(entry).scatter_(0, positions, (cols.view(-1, 1) * heads + head).view(-1))
         edges = torch.arange(num_edges, dtype=dtype, device=device) if order is None else order.to(dtype)
         value_index = torch.empty_like(entry).scatter_(0, positions, (edges.view(-1, 1) * heads + head).view(-1))
-        return cls(crow, col, value_index, entry if order is None else None, (num_rows * heads, num_cols * heads))
+        return cls(crow, col, value_index, entry if order is None else None, shape)
 
     def matrix(self, values: Tensor) -> Tensor:
         """The sparse matrix with ``values`` (``[num_edges, heads]``, contiguous) at the pattern."""
@@ -77,6 +95,20 @@ class HeadPattern:
             warnings.simplefilter("ignore", UserWarning)
             return torch.sparse_csr_tensor(self.crow, self.col, values.reshape(-1).index_select(0, self.value_index),
                                            self.shape, check_invariants=False)
+
+
+@functools.lru_cache(maxsize=None)
+def _native():
+    """The C pattern builder (``common/attention/kernels/cpu/head_pattern.c``, compiled on first use as the
+    attention kernels are), or None where it does not build or ``ATTN_CPU_KERNELS=0`` (read once)."""
+    if os.environ.get("ATTN_CPU_KERNELS", "1") == "0":
+        return None
+    lib = cpu_bam.build("head_pattern", "graphattn's sparse patterns")
+    if lib is not None:
+        ptr = ctypes.c_void_p
+        lib.head_pattern.argtypes = [ptr] * 3 + [ctypes.c_int64, ctypes.c_int] + [ptr] * 4 + [ctypes.c_int]
+        lib.head_pattern.restype = None
+    return lib
 
 
 @dataclass(eq=False)

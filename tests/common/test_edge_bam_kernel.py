@@ -138,20 +138,21 @@ def test_fused_path_is_taken_only_when_asked(monkeypatch):
 
 @pytest.mark.skipif(not cpu_edge_bam.takes(torch.zeros(1, 1)), reason="the C kernels do not build here")
 def test_the_cpu_sample_does_not_depend_on_the_threads(monkeypatch):
-    """Each entry's noise is keyed by the entry: one thread and two draw the same sample, KL and gradients."""
+    """Each entry's noise is keyed by the entry and each node's sums stay in one thread: one thread and two
+    give the same weights, KL and gradients (90,000 entries: two threads' worth, cpu_bam.threads_for)."""
+    from common.attention.edge_bam import Options, edge_bam_backward_op, edge_bam_op
     use("cpu", monkeypatch)
-    bam, index, ptr, src, scores, keys = small_case("bam-wc", training=True)
-    threads = torch.get_num_threads()
-    out = []
+    _, ptr, _ = graph([100] * 300)
+    bam = attention.build("bam-wc", num_heads=HEADS, key_dim=KEY_DIM).train()
+    scores, prior = torch.randn(int(ptr[-1]), HEADS), torch.randn(int(ptr[-1]), HEADS)
+    options, seed = Options.of(bam, sampling=True, with_kl=True, given_noise=False), torch.tensor([11])
+    threads, out = torch.get_num_threads(), []
     try:
         for count in (1, 2):
             torch.set_num_threads(count)
-            torch.manual_seed(3)
-            s = scores.clone().requires_grad_()
-            with attention.aux_losses() as aux:
-                weights = bam(s, index=index, ptr=ptr, keys=keys, key_index=src)
-            (weights.square().sum() + aux.total()).backward()
-            out.append((weights.detach(), aux.total().detach(), s.grad))
+            weights, kl, lse = edge_bam_op(scores, prior, None, ptr, seed, *options)
+            grads = edge_bam_backward_op(scores, prior, None, ptr, seed, lse, scores, torch.ones(()), *options)
+            out.append((weights, kl, lse, *grads))
     finally:
         torch.set_num_threads(threads)
     for a, b in zip(*out):

@@ -57,3 +57,19 @@ def test_no_edges_gives_zeros_and_patterns_are_built_once():
     assert csr.pattern(2) is csr.pattern(2)
     assert csr.pattern(2, transpose=True) is not csr.pattern(2)
     assert csr.pattern(2).col.dtype == torch.int32  # small graphs use 32-bit indices
+
+
+@pytest.mark.parametrize("transpose", [False, True])
+def test_the_c_pattern_builder_writes_the_pytorch_pattern(transpose, monkeypatch):
+    """Where the C builder is there (a C compiler), its pattern equals the PyTorch one, the inverse too."""
+    from graphattn import aggregate
+    if aggregate._native() is None:
+        pytest.skip("no C compiler here")
+    _, csr = sorted_graph(40, 30, 500)
+    built = TargetCSR(csr.src, csr.ptr, csr.num_src).pattern(3, transpose)
+    monkeypatch.setattr(aggregate, "_native", lambda: None)
+    reference = TargetCSR(csr.src, csr.ptr, csr.num_src).pattern(3, transpose)
+    for name in ("crow", "col", "value_index", "entry_index"):
+        a, b = getattr(built, name), getattr(reference, name)
+        assert (a is None) == (b is None) == (name == "entry_index" and transpose)
+        assert a is None or torch.equal(a, b), name

@@ -94,6 +94,12 @@ def build(name: str, what: str) -> Optional[ctypes.CDLL]:
         return None
 
 
+def threads_for(entries: int) -> int:
+    """Threads for a call over ``entries`` entries: ``torch.get_num_threads()``, but one per 32768 entries at most
+    (PyTorch's own grain), so that small calls do not wait for threads with nothing to do."""
+    return max(1, min(torch.get_num_threads(), entries // 32768))
+
+
 @functools.lru_cache(maxsize=None)
 def _library() -> Optional[ctypes.CDLL]:
     lib = build("bam_rows", "dense BAM")

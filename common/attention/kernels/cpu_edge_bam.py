@@ -1,6 +1,6 @@
 """Edge-wise BAM on the CPU (``cpu/edge_bam.c``): the two passes of the Triton kernels of
 :mod:`common.attention.kernels.edge_bam` as C loops over the target nodes' segments (OpenMP over
-``torch.get_num_threads()`` threads), float32, compiled on first use as the dense CPU kernels are
+``torch.get_num_threads()`` threads at most), float32, compiled on first use as the dense CPU kernels are
 (:func:`common.attention.kernels.cpu_bam.build`). A pass visits a segment's entries block by block,
 in the cache, where the PyTorch path makes some thirty passes over memory.
 
@@ -70,8 +70,8 @@ def forward(scores: Tensor, prior_logits: Optional[Tensor], noise: Optional[Tens
     shares = scores.new_empty(nodes)
     _library().edge_bam_forward(
         *(_address(x) for x in (scores, prior_logits, noise, ptr)), nodes, heads,
-        *(_address(x) for x in (weights, lse, shares)), torch.get_num_threads(), int(seed), noise_kind, prior,
-        prior_normalized, kl, scale, c0, c1, c2, const, 1.0 / max(scores.numel(), 1))
+        *(_address(x) for x in (weights, lse, shares)), cpu_bam.threads_for(scores.numel()), int(seed), noise_kind,
+        prior, prior_normalized, kl, scale, c0, c1, c2, const, 1.0 / max(scores.numel(), 1))
     return weights, shares.sum(), lse
 
 
@@ -88,6 +88,6 @@ def backward(scores: Tensor, prior_logits: Optional[Tensor], noise: Optional[Ten
     _library().edge_bam_backward(
         *(_address(x) for x in (scores, prior_logits, noise, ptr)), nodes, heads,
         *(_address(x) for x in (lse, grad_weights, grad_kl, d_scores, None if prior_logits is None else d_prior)),
-        torch.get_num_threads(), int(seed), noise_kind, prior, prior_normalized, kl, centred, scale, c0, c1, c2,
-        1.0 / max(scores.numel(), 1))
+        cpu_bam.threads_for(scores.numel()), int(seed), noise_kind, prior, prior_normalized, kl, centred, scale, c0,
+        c1, c2, 1.0 / max(scores.numel(), 1))
     return d_scores, d_prior
