@@ -60,7 +60,7 @@ from torch_geometric.utils.sparse import set_sparse_value
 
 from common import attention as attention_lib
 
-from .aggregate import TargetCSR, attention_aggregate, edge_by_edge
+from .aggregate import TargetCSR, attention_aggregate, edge_by_edge, sort_order
 from .dropout import Dropout, SparseDropout
 
 #: Keyword arguments that go to ``MessagePassing``; all other extra keywords are options of
@@ -114,7 +114,8 @@ def sort_by_target(edge_index: Tensor, num_src: int, num_dst: int, num_loops: in
     The last ``num_loops`` edges of a ``[2, E]`` input may be the self-loops ``0 .. num_loops-1``
     that PyG's ``add_self_loops`` appends. When the edges before them are sorted by target
     (``presorted``, e.g. from an ``EdgeIndex`` with ``sort_order='col'``; checked in one pass
-    when not given), the loops are merged in (:func:`merge_appended_loops`) and nothing is sorted.
+    when not given), the loops are merged in (:func:`merge_appended_loops`) and nothing is sorted;
+    otherwise the edges are sorted by target, stably (:func:`~graphattn.aggregate.sort_order`).
     """
     if is_torch_sparse_tensor(edge_index):
         edge_index, num_loops = to_edge_index(edge_index)[0].flip(0), 0
@@ -132,7 +133,8 @@ def sort_by_target(edge_index: Tensor, num_src: int, num_dst: int, num_loops: in
     if presorted is None:
         presorted = bool((col[1:] >= col[:-1]).all())
     if not presorted:
-        return edge_index.sort_by("col")
+        to_sorted, _ = sort_order(edges[1], num_dst)
+        return EdgeIndex(edges.index_select(1, to_sorted), sparse_size=(num_src, num_dst), sort_order="col"), to_sorted
     to_sorted = merge_appended_loops(col, num_loops, num_dst) if num_loops else None
     if to_sorted is not None:
         edges = edges.index_select(1, to_sorted)

@@ -73,3 +73,17 @@ def test_the_c_pattern_builder_writes_the_pytorch_pattern(transpose, monkeypatch
         a, b = getattr(built, name), getattr(reference, name)
         assert (a is None) == (b is None) == (name == "entry_index" and transpose)
         assert a is None or torch.equal(a, b), name
+
+
+def test_sort_order_is_the_stable_sort_and_its_pointer(monkeypatch):
+    """The counting pass of C (where it builds) and the stable sort give the same order and CSR pointer,
+    bins without keys included."""
+    from graphattn import aggregate
+    keys = torch.randint(0, 50, (1000,), generator=torch.Generator().manual_seed(3))
+    keys[keys == 7] = 8  # an empty bin
+    order, ptr = aggregate.sort_order(keys, 60)
+    assert torch.equal(order, torch.argsort(keys, stable=True))
+    assert torch.equal(ptr, torch.cat([torch.zeros(1, dtype=torch.long), torch.bincount(keys, minlength=60).cumsum(0)]))
+    monkeypatch.setattr(aggregate, "_native", lambda: None)
+    for got, want in zip(aggregate.sort_order(keys, 60), (order, ptr)):
+        assert torch.equal(got, want)

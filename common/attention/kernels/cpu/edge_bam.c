@@ -140,12 +140,14 @@ static void heads_sum(const span_t *sn, const spec_t *sp, const float *restrict 
 }
 
 /* out[k] = v[node of k][head of k] over the span's entries; v's rows `stride` apart */
-static void tile(const span_t *sn, const spec_t *sp, const float *v, int64_t stride, float *out) {
+static void tile(const span_t *sn, const spec_t *sp, const float *restrict v, int64_t stride, float *restrict out) {
     const int heads = sp->heads;
     for (int64_t j = sn->n0; j < sn->n1; ++j) {
         int64_t a, b;
         node_entries(sn, sp, j, &a, &b);
-        for (int64_t k = a; k < b; k += heads) memcpy(out + k, v + (j - sn->n0) * stride, sizeof(float) * heads);
+        const float *vj = v + (j - sn->n0) * stride;
+        for (int64_t k = a; k < b; k += heads)
+            for (int h = 0; h < heads; ++h) out[k + h] = vj[h];
     }
 }
 
