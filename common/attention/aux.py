@@ -46,10 +46,14 @@ class AuxLosses:
     def total(self, weights: Optional[Mapping[str, float]] = None) -> Tensor:
         """Weighted sum of all terms; a name missing from ``weights`` has weight 1."""
         weights = weights or {}
-        sums = self.by_name()
-        if not sums:
+        terms = [value if weights.get(name, 1.0) == 1.0 else weights[name] * value
+                 for name, value in self.by_name().items()]
+        if not terms:
             return torch.zeros(())
-        return sum(weights.get(name, 1.0) * value for name, value in sums.items())
+        total = terms[0]
+        for term in terms[1:]:
+            total = total + term
+        return total
 
     def __len__(self) -> int:
         return len(self.terms)

@@ -22,11 +22,11 @@ repeatable (on one machine: the two CPU paths draw different noise). Dropout on 
 standard log-noise tensor instead (tests compare the chunked path with the materialised one
 under the same noise).
 
-Where :func:`~common.attention.kernels.use_triton` says so (CUDA tensors), the Triton kernels
-of :mod:`common.attention.kernels.dense_bam` do the same work in one flash-style pass, with
-the noise drawn in the kernel from a counter-based generator, behind the custom operator
-``torch.ops.attention_suite.dense_bam`` (fake implementation and gradient registered), which
-``torch.compile`` keeps in its graph.
+Where :func:`~common.attention.kernels.use_triton` says so (CUDA tensors), the whole call, KL and
+contextual prior included, is the custom operator ``torch.ops.attention_suite.bam_attention`` of
+:mod:`common.attention.dense_bam_op` (one flash-attention kernel forward and one backward, the noise
+drawn in the kernels from a counter-based generator; fake implementation and gradient registered),
+which ``torch.compile`` keeps in its graph.
 
 :class:`~common.attention.blocks.Attend` calls :func:`fused_bam` first and takes this path
 whenever nothing needs the weight matrix (see :func:`fused_bam` for the conditions); set

@@ -92,3 +92,85 @@ def _compare_trimmed_and_full_span_on_cuda():
                for x in (trimmed, out)]
     for a, b in zip(*results):
         assert torch.allclose(a, b, rtol=1e-4, atol=1e-5 * float(b.abs().max()))
+
+
+def _dense_bam_reference(norm, q, k, v, mask, noise, keep):
+    """The materialised path in float32 under the operator's noise and dropout."""
+    norm._log_noise = lambda scores: noise
+    try:
+        with attention.aux_losses() as aux:
+            weights = norm(q.float() @ k.float().transpose(-1, -2) * q.shape[-1] ** -0.5, mask=mask, keys=k.float())
+            out = (weights * keep) @ v.float()
+    finally:
+        del norm._log_noise
+    return out, aux.total()
+
+
+@pytest.mark.parametrize("dtype, tolerance", [(torch.bfloat16, 3e-2), (torch.float32, 1e-2)], ids=["bf16", "fp32-tf32"])
+@pytest.mark.parametrize("name, d, dropout", [("bam-wc", 64, 0.0), ("bam-wc", 128, 0.1), ("bam-lc", 64, 0.1)])
+def test_dense_bam_operator_follows_the_materialised_path(name, d, dropout, dtype, tolerance):
+    """The compiled kernels (special-function unit's log2/sin/cos, tensor-core products) at working sizes: output,
+    KL and every gradient against the float32 materialised path under the same draws, a ragged key mask included."""
+    from common.attention import dense_bam
+    from common.attention.kernels.dense_bam import NOISE_LOGNORMAL, NOISE_WEIBULL, seed_for_call, standard_noise
+    torch.backends.cuda.matmul.allow_tf32 = True
+    B, H, L = 2, 4, 1000
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (torch.randn(B, H, L, d, device="cuda", generator=g).to(dtype).requires_grad_() for _ in range(3))
+    mask = (torch.arange(L, device="cuda") < torch.tensor([L, 700], device="cuda")[:, None]).view(B, 1, 1, L)
+    norm = attention.build(name, key_dim=d, k=4.0, sigma=0.5).cuda().train()
+    torch.manual_seed(5)
+    with attention.aux_losses() as aux:
+        out = dense_bam.dense_bam_attention(norm, q, k, v, mask=mask, dropout=dropout)
+    kl = aux.total()
+    torch.manual_seed(5)
+    kind = NOISE_WEIBULL if norm.posterior == "weibull" else NOISE_LOGNORMAL
+    noise, keep = standard_noise(B * H, L, L, kind, seed_for_call("cuda"), dropout, "cuda")
+    ref_out, ref_kl = _dense_bam_reference(norm, q, k, v, mask, noise.view(B, H, L, L), keep.view(B, H, L, L))
+    assert torch.allclose(out.float(), ref_out, rtol=tolerance, atol=tolerance)
+    assert torch.allclose(kl.float(), ref_kl, rtol=tolerance, atol=tolerance)
+    upstream = torch.randn(out.shape, device="cuda", generator=g)
+    inputs = [q, k, v, *norm.parameters()]
+    got = torch.autograd.grad((out.float() * upstream).sum() + kl, inputs)
+    want = torch.autograd.grad((ref_out * upstream).sum() + ref_kl, inputs)
+    for a, b in zip(got, want):
+        scale = b.float().abs().max().clamp_min(1e-6)
+        assert ((a.float() - b.float()).abs().max() / scale) < 5 * tolerance
+
+
+@pytest.mark.parametrize("kind", ["weibull", "lognormal"])
+def test_dense_bam_noise_keeps_its_law_with_the_fast_math(kind):
+    """Kolmogorov-Smirnov over 2^24 draws of the compiled kernels' noise (lg2.approx, sin/cos.approx)."""
+    from scipy import stats
+    from common.attention.kernels.dense_bam import NOISE_LOGNORMAL, NOISE_WEIBULL, standard_noise
+    noise_kind = NOISE_WEIBULL if kind == "weibull" else NOISE_LOGNORMAL
+    noise, _ = standard_noise(64, 512, 512, noise_kind, torch.tensor([9], device="cuda"), 0.0, "cuda")
+    law = stats.gumbel_l if kind == "weibull" else stats.norm
+    assert torch.isfinite(noise).all()
+    assert stats.kstest(noise.double().flatten().cpu().numpy(), law.cdf).pvalue > 0.01
+
+
+def test_dense_bam_replays_fresh_noise_in_a_cuda_graph():
+    """A captured training call draws a new seed at each replay (the seed is a device tensor the kernels read)."""
+    attend = Attend(4, 64, {"normalizer": "bam-wc", "dropout": 0.1}).cuda().train()
+    q, k, v = (torch.randn(2, 4, 256, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+
+    def step():
+        with attention.aux_losses() as aux:
+            out, _ = attend(q, k, v)
+        (out.float().square().sum() + aux.total()).backward()
+        return out
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(2):
+            step()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = step()
+    outputs = []
+    for _ in range(2):
+        graph.replay()
+        outputs.append(out.clone())
+    assert torch.isfinite(outputs[0]).all() and not torch.equal(outputs[0], outputs[1])

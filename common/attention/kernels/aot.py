@@ -127,7 +127,7 @@ def _dense_bam_cases() -> Iterator[tuple[str, Callable[[], None]]]:
     from .dense_bam import NOISE_LOGNORMAL, NOISE_WEIBULL, takes
     from .dense_bam_kl import ACTIVATIONS, constants, kl_kind
 
-    dtypes = {"float32 tf32": (torch.float32, True), "float32 tf32x3": (torch.float32, False),
+    dtypes = {"float32 tf32": (torch.float32, True),
               "bfloat16": (torch.bfloat16, False), "float16": (torch.float16, False)}
     names = {"bam-wc": ("weibull", "contextual"), "bam-lc": ("lognormal", "contextual"), "bam-wf": ("weibull", "fixed"),
              "bam-lf": ("lognormal", "fixed")}

@@ -25,7 +25,7 @@ the same words for the same entry with no data movement, and the draws do not de
 Each 32-bit word gives a uniform ``u = (m + 1/2) 2^-23`` from its high 23 bits (never 0 or 1); the
 Weibull log-noise is ``log2(-log2 u)``, which is ``(log(-log u) - log log 2) / log 2``: the offset
 cancels in the softmax and ``log2 e`` is the base change, so the law is unchanged. The Lognormal
-noise takes Box-Muller pairs, ``sqrt(-2 log u0) (cos, sin)(2 pi u1)`` from two words, two entries.
+noise takes Box-Muller pairs, ``sqrt(-2 log u0) (cos, sin)(2 pi u1 - pi)`` from two words, two entries.
 Dropout (``u >= p``) takes a second stream of 32-bit words. On a GPU ``log2``, ``sin`` and ``cos``
 are the special-function unit's approximations (``lg2.approx``: relative error below 2^-22).
 
@@ -45,6 +45,8 @@ from torch import Tensor
 from triton.language.extra import libdevice
 
 from . import launch
+from .dense_bam_kl import (KL_NONE, LOGNORMAL, QUERY_TICKET, kl_args, kl_gradient_scale, kl_key_gradients,
+                           kl_query_term, kl_sums, per_head)
 
 NOISE_NONE, NOISE_WEIBULL, NOISE_LOGNORMAL = 0, 1, 2
 LOG2E = 1.4426950408889634
@@ -112,9 +114,10 @@ def _weibull(w, FAST: tl.constexpr):
 
 @triton.jit
 def _box_muller(w0, w1, FAST: tl.constexpr):
-    """Two standard normals ``r cos(t)``, ``r sin(t)``, ``r = sqrt(-2 log u0)``, ``t = 2 pi u1``."""
+    """Two standard normals ``r cos(t)``, ``r sin(t)``, ``r = sqrt(-2 log u0)``, ``t = 2 pi u1 - pi`` (uniform on
+    ``[-pi, pi)``, where the special-function unit's sine and cosine are most accurate)."""
     radius = tl.sqrt(-2.0 * 0.6931471805599453 * _log2(_uniform(w0), FAST))
-    angle = 6.283185307179586 * _uniform(w1)
+    angle = 6.283185307179586 * _uniform(w1) - 3.141592653589793
     if FAST:
         return radius * libdevice.fast_cosf(angle), radius * libdevice.fast_sinf(angle)
     else:
@@ -209,17 +212,22 @@ def _forward_block(acc, m_n, l_n, m_c, l_c, sq, q, k_base, v_base, mask_base, se
 
 
 @triton.jit
-def _forward(Q, K, V, MASK, OUT, ROWS, SEED,
+def _forward(Q, K, V, MASK, OUT, STATS, SEED, KL,
              stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn, stride_vb, stride_vh, stride_vn,
              stride_ob, stride_oh, stride_om, stride_mb, stride_mh, stride_mn,
              H, n_q, n_k, head_d, head_dv, sm_scale, qk_scale, noise_scale, threshold, keep_scale,
+             W1, B1, W2, B2, s1h, s1i, s1j, sb1h, sb1j, s2h, s2j, sb2h, d_mid,
+             beta, log_beta, log_tiny, alpha0, c_w, kl_scale, offset, const,
              HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, NOISE: tl.constexpr, DROPOUT: tl.constexpr,
              WANT_LSE: tl.constexpr, WANT_SQ: tl.constexpr, SHARED_MAX: tl.constexpr, FAST: tl.constexpr,
-             PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+             PRECISION: tl.constexpr, KL_KIND: tl.constexpr, SCOPE_ALL: tl.constexpr, ACT: tl.constexpr,
+             KL_BLOCK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
              BLOCK_DV: tl.constexpr):
-    """``OUT = dropout(softmax(s + c n)) V`` for one block of queries; ``ROWS[0]``: the noisy log2-normaliser,
-    ``ROWS[1]``: ``LSE_i`` of the clean scores (natural log), ``ROWS[2]``: ``S2_i``."""
+    """``OUT = dropout(softmax(s + c n)) V`` for one block of queries, and the rows of ``STATS``: the noisy
+    log2-normaliser, ``LSE_i`` of the clean scores (natural log) and ``S2_i``. With a KL (``KL_KIND``), the program
+    that finishes a (batch, head)'s last block of queries adds its KL sums (:func:`~.dense_bam_kl.kl_sums`)."""
     pid_m, bh = tl.program_id(0), tl.program_id(1).to(tl.int64)
+    BH = tl.num_programs(1)
     b, h = bh // H, bh % H
     seed = tl.load(SEED)
     row0 = pid_m * BLOCK_M
@@ -252,25 +260,34 @@ def _forward(Q, K, V, MASK, OUT, ROWS, SEED,
     out = acc * (keep_scale / l_safe)[:, None]
     tl.store(OUT + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_om + offs_dv[None, :],
              out.to(OUT.dtype.element_ty), mask=row_ok[:, None] & (offs_dv[None, :] < head_dv))
-    rows = ROWS + bh * n_q + offs_m
-    stat = tl.num_programs(1) * n_q  # the stride between the row statistics
+    rows = STATS + bh * n_q + offs_m
+    stat = BH * n_q  # the stride between the row statistics
     tl.store(rows, tl.where(l_n > 0, tl.where(m_n == float("-inf"), 0.0, m_n) + tl.log2(l_safe), 0.0), mask=row_ok)
     if WANT_LSE:
         lse = (tl.where(m_c == float("-inf"), 0.0, m_c) + tl.log2(tl.where(l_c > 0, l_c, 1.0))) * 0.6931471805599453
         tl.store(rows + stat, tl.where(l_c > 0, lse, float("-inf")), mask=row_ok)
     if WANT_SQ:
         tl.store(rows + 2 * stat, sq * sm_scale * sm_scale, mask=row_ok)
+    if KL_KIND != 0:
+        tl.debug_barrier()  # this block's rows are written
+        ticket = per_head(STATS, BH, n_q, bh, BLOCK_D) + 4 * BLOCK_D + QUERY_TICKET
+        if tl.atomic_add(ticket, 1.0, sem="acq_rel") == tl.num_programs(0) - 1:
+            kl_sums(Q, K, MASK, STATS, KL, W1, B1, W2, B2, b, h, bh, BH, stride_qb, stride_qh, stride_qm, stride_kb,
+                    stride_kh, stride_kn, stride_mb, stride_mh, stride_mn, s1h, s1i, s1j, sb1h, sb1j, s2h, s2j, sb2h,
+                    n_q, n_k, head_d, d_mid, sm_scale, beta, log_beta, log_tiny, alpha0, c_w, kl_scale, offset, const,
+                    KL_KIND, HAS_MASK, SCOPE_ALL, ACT, KL_BLOCK, BLOCK_D)
 
 
 # ----------------------------------------------------------------------------------- backward ----
 @triton.jit
-def _backward_block(dk, dv, k, v, key_bias, Q, DO, NORM, GRADS, DQ, q_base, do_base, dq_base, seed, bh, key0,
-                    start_m, offs_n, offs_d, offs_dv, n_q, head_d, head_dv, stride_qm, stride_dom, stat,
-                    sm_scale, qk_scale, noise_scale, threshold, keep_scale,
+def _backward_block(dk, dv, k, v, key_bias, q_base, do_base, o_base, dq_base, STATS, D_STATS, seed, bh, key0,
+                    start_m, offs_n, offs_d, offs_dv, n_q, head_d, head_dv, stride_qm, stride_dom, stride_om, stat,
+                    sm_scale, qk_scale, noise_scale, threshold, keep_scale, g, kl_scale,
                     DIAGONAL: tl.constexpr, NOISE: tl.constexpr, DROPOUT: tl.constexpr, WANT_LSE: tl.constexpr,
-                    WANT_SQ: tl.constexpr, FAST: tl.constexpr, PRECISION: tl.constexpr, BLOCK_M: tl.constexpr,
-                    BLOCK_N: tl.constexpr):
-    """One block of queries against the program's keys, on transposed tiles ``[keys, queries]``."""
+                    WANT_SQ: tl.constexpr, HAS_D_ROWS: tl.constexpr, KL_KIND: tl.constexpr, FAST: tl.constexpr,
+                    PRECISION: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """One block of queries against the program's keys, on transposed tiles ``[keys, queries]``: ``dV``, ``dK``
+    and the block's share of ``dQ`` (added atomically)."""
     offs_m = start_m + tl.arange(0, BLOCK_M)
     row_ok = offs_m < n_q
     q_t = tl.load(q_base + offs_m[None, :] * stride_qm + offs_d[:, None],
@@ -283,9 +300,12 @@ def _backward_block(dk, dv, k, v, key_bias, Q, DO, NORM, GRADS, DQ, q_base, do_b
     if NOISE != 0:
         z2_t = s2_t + noise_scale * _noise(seed, bh, key0, start_m, False, BLOCK_N, BLOCK_M, NOISE, FAST)
     rows = bh * n_q + offs_m
-    p_t = tl.exp2(z2_t - tl.load(NORM + rows, mask=row_ok, other=float("inf"))[None, :])
+    p_t = tl.exp2(z2_t - tl.load(STATS + rows, mask=row_ok, other=float("inf"))[None, :])
     do = tl.load(do_base + offs_m[:, None] * stride_dom + offs_dv[None, :],
                  mask=row_ok[:, None] & (offs_dv[None, :] < head_dv), other=0.0)
+    o = tl.load(o_base + offs_m[:, None] * stride_om + offs_dv[None, :],
+                mask=row_ok[:, None] & (offs_dv[None, :] < head_dv), other=0.0)
+    delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)  # D_i = dO_i . O_i
     dp_t = _dot(v, tl.trans(do), PRECISION, FAST)
     kept = p_t
     if DROPOUT:
@@ -293,14 +313,23 @@ def _backward_block(dk, dv, k, v, key_bias, Q, DO, NORM, GRADS, DQ, q_base, do_b
         kept = tl.where(keep, p_t, 0.0)
         dp_t = tl.where(keep, dp_t * keep_scale, 0.0)
     dv += _dot(kept.to(do.dtype), do, PRECISION, FAST)
-    ds_t = p_t * (dp_t - tl.load(GRADS + rows, mask=row_ok, other=0.0)[None, :])
-    if WANT_LSE:  # d LSE_i / d s_ij = exp(s_ij - LSE_i); GRADS[2] holds LSE_i in base 2, +inf on empty rows
-        d_lse = tl.load(GRADS + stat + rows, mask=row_ok, other=0.0)
-        lse2 = tl.load(GRADS + 2 * stat + rows, mask=row_ok, other=float("inf"))
+    ds_t = p_t * (dp_t - delta[None, :])
+    if WANT_LSE:  # d LSE_i / d s_ij = exp(s_ij - LSE_i): the KL's (from its row) and any other
+        lse = tl.load(STATS + stat + rows, mask=row_ok, other=float("-inf"))
+        d_lse = tl.zeros((BLOCK_M,), tl.float32)
+        if KL_KIND != 0:
+            d_lse += g * tl.load(STATS + 3 * stat + rows, mask=row_ok, other=0.0)
+        if HAS_D_ROWS:
+            d_lse += tl.load(D_STATS + stat + rows, mask=row_ok, other=0.0)
+        lse2 = tl.where(lse > float("-inf"), lse * 1.4426950408889634, float("inf"))
         ds_t += d_lse[None, :] * tl.exp2(s2_t - lse2[None, :])
-    if WANT_SQ:  # d S2_i / d s_ij = 2 s_ij
-        d_sq = tl.load(GRADS + 3 * stat + rows, mask=row_ok, other=0.0)
-        ds_t += (2.0 * sm_scale) * d_sq[None, :] * tl.where(s2_t > float("-inf"), s_t, 0.0)
+    if WANT_SQ:  # d S2_i / d s_ij = 2 s_ij, with s_ij = s2_ij log(2) on visible entries
+        d_sq = tl.zeros((BLOCK_M,), tl.float32)
+        if KL_KIND != 0:
+            d_sq += g * kl_scale
+        if HAS_D_ROWS:
+            d_sq += tl.load(D_STATS + 2 * stat + rows, mask=row_ok, other=0.0)
+        ds_t += (2.0 * 0.6931471805599453) * d_sq[None, :] * tl.where(s2_t > float("-inf"), s2_t, 0.0)
     q = tl.trans(q_t)
     dk += _dot(ds_t.to(q.dtype), q, PRECISION, FAST)
     dq = _dot(tl.trans(ds_t).to(k.dtype), k, PRECISION, FAST)
@@ -310,18 +339,24 @@ def _backward_block(dk, dv, k, v, key_bias, Q, DO, NORM, GRADS, DQ, q_base, do_b
 
 
 @triton.jit
-def _backward(Q, K, V, MASK, DO, NORM, GRADS, DQ, DK, DV, SEED,
+def _backward(Q, K, V, MASK, OUT, DO, STATS, D_STATS, D_KL, DQ, DQ_OUT, DK, DV, SEED, DW1, DB1, DW2, DB2,
               stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn, stride_vb, stride_vh, stride_vn,
-              stride_dob, stride_doh, stride_dom, stride_mb, stride_mh, stride_mn,
+              stride_ob, stride_oh, stride_om, stride_dob, stride_doh, stride_dom, stride_mb, stride_mh, stride_mn,
               H, n_q, n_k, head_d, head_dv, sm_scale, qk_scale, noise_scale, threshold, keep_scale,
+              W1, B1, W2, B2, s1h, s1i, s1j, sb1h, sb1j, s2h, s2j, sb2h, d_mid,
+              beta, log_beta, log_tiny, alpha0, c_w, kl_scale, offset, const,
               HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, NOISE: tl.constexpr, DROPOUT: tl.constexpr,
-              WANT_LSE: tl.constexpr, WANT_SQ: tl.constexpr, ADD_DK: tl.constexpr, FAST: tl.constexpr,
-              PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-              BLOCK_DV: tl.constexpr):
-    """``dK``, ``dV`` of one block of keys, and their share of ``dQ`` (float32 ``DQ [BH, n_q, head_d]``, added
-    atomically). ``GRADS`` holds per query ``D_i``, ``dLSE_i``, ``LSE_i`` in base 2 and ``dS2_i``; with
-    ``ADD_DK`` the program adds its gradient to what ``DK`` holds (the KL's own share)."""
+              WANT_LSE: tl.constexpr, WANT_SQ: tl.constexpr, HAS_D_ROWS: tl.constexpr, CONVERT_DQ: tl.constexpr,
+              FAST: tl.constexpr, PRECISION: tl.constexpr, KL_KIND: tl.constexpr, SCOPE_ALL: tl.constexpr,
+              ACT: tl.constexpr, KL_BLOCK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+              BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr):
+    """The whole backward pass for one block of keys: ``dK``, ``dV``, the block's share of ``dQ`` (added to the
+    zeroed float32 ``DQ [BH, n_q, head_d]``), the KL's gradients (:mod:`.dense_bam_kl`; the first block of keys adds
+    its direct share of ``dQ``), and, with ``CONVERT_DQ``, the last block of a (batch, head) to finish writes its
+    ``dQ`` to ``DQ_OUT`` in the inputs' dtype (the tickets are ``DQ``'s last ``BH`` floats). ``D_i = dO_i . O_i`` is
+    computed in the loop."""
     pid_n, bh = tl.program_id(0), tl.program_id(1).to(tl.int64)
+    BH = tl.num_programs(1)
     b, h = bh // H, bh % H
     seed = tl.load(SEED)
     key0 = pid_n * BLOCK_N
@@ -332,11 +367,20 @@ def _backward(Q, K, V, MASK, DO, NORM, GRADS, DQ, DK, DV, SEED,
                 mask=col_ok[:, None] & (offs_d[None, :] < head_d), other=0.0)
     v = tl.load(V + b * stride_vb + h * stride_vh + offs_n[:, None] * stride_vn + offs_dv[None, :],
                 mask=col_ok[:, None] & (offs_dv[None, :] < head_dv), other=0.0)
-    key_bias = _key_bias(MASK + b * stride_mb + h * stride_mh, offs_n, n_k, stride_mn, HAS_MASK)
+    mask_base = MASK + b * stride_mb + h * stride_mh
+    key_bias = _key_bias(mask_base, offs_n, n_k, stride_mn, HAS_MASK)
     q_base, do_base = Q + b * stride_qb + h * stride_qh, DO + b * stride_dob + h * stride_doh
-    dq_base = DQ + bh * n_q * head_d
-    stat = tl.num_programs(1) * n_q
+    o_base, dq_base = OUT + b * stride_ob + h * stride_oh, DQ + bh * n_q * head_d
+    stat = BH * n_q
+    st = per_head(STATS, BH, n_q, bh, BLOCK_D)
     dk = tl.zeros((BLOCK_N, BLOCK_D), tl.float32)
+    g, n = 0.0, 0.0
+    if KL_KIND != 0:  # the KL's share of dK starts the accumulator (scaled back at the end)
+        g, n = kl_gradient_scale(STATS, D_KL, BH, n_q, bh, BLOCK_D)
+        visible = key_bias == 0
+        dk = kl_key_gradients(k.to(tl.float32), col_ok, visible, g, n, st, h, n_q, head_d, d_mid, W1, B1, W2, B2, DW1,
+                              DB1, DW2, DB2, s1h, s1i, s1j, sb1h, sb1j, s2h, s2j, sb2h, sm_scale, beta, log_beta,
+                              log_tiny, alpha0, c_w, kl_scale, KL_KIND, SCOPE_ALL, ACT, BLOCK_D) / sm_scale
     dv = tl.zeros((BLOCK_N, BLOCK_DV), tl.float32)
     start = 0
     if CAUSAL:  # queries before key0 see none of these keys; up to `full` some of them
@@ -344,25 +388,40 @@ def _backward(Q, K, V, MASK, DO, NORM, GRADS, DQ, DK, DV, SEED,
         full = tl.minimum(tl.cdiv(key0 + BLOCK_N, BLOCK_M) * BLOCK_M, tl.cdiv(n_q, BLOCK_M) * BLOCK_M)
         for start_m in range(start, full, BLOCK_M):
             dk, dv = _backward_block(
-                dk, dv, k, v, key_bias, Q, DO, NORM, GRADS, DQ, q_base, do_base, dq_base, seed, bh, key0, start_m,
-                offs_n, offs_d, offs_dv, n_q, head_d, head_dv, stride_qm, stride_dom, stat, sm_scale, qk_scale,
-                noise_scale, threshold, keep_scale, True, NOISE, DROPOUT, WANT_LSE, WANT_SQ, FAST, PRECISION,
-                BLOCK_M, BLOCK_N)
+                dk, dv, k, v, key_bias, q_base, do_base, o_base, dq_base, STATS, D_STATS, seed, bh, key0, start_m,
+                offs_n, offs_d, offs_dv, n_q, head_d, head_dv, stride_qm, stride_dom, stride_om, stat, sm_scale,
+                qk_scale, noise_scale, threshold, keep_scale, g, kl_scale, True, NOISE, DROPOUT,
+                WANT_LSE, WANT_SQ, HAS_D_ROWS, KL_KIND, FAST, PRECISION, BLOCK_D, BLOCK_M, BLOCK_N)
         start = full
     for start_m in range(start, n_q, BLOCK_M):
         dk, dv = _backward_block(
-            dk, dv, k, v, key_bias, Q, DO, NORM, GRADS, DQ, q_base, do_base, dq_base, seed, bh, key0, start_m,
-            offs_n, offs_d, offs_dv, n_q, head_d, head_dv, stride_qm, stride_dom, stat, sm_scale, qk_scale,
-            noise_scale, threshold, keep_scale, False, NOISE, DROPOUT, WANT_LSE, WANT_SQ, FAST, PRECISION,
-            BLOCK_M, BLOCK_N)
-    where = bh * n_k * head_d + offs_n[:, None] * head_d + offs_d[None, :]
-    ok = col_ok[:, None] & (offs_d[None, :] < head_d)
-    dk = dk * sm_scale
-    if ADD_DK:
-        dk += tl.load(DK + where, mask=ok, other=0.0).to(tl.float32)
-    tl.store(DK + where, dk.to(DK.dtype.element_ty), mask=ok)
+            dk, dv, k, v, key_bias, q_base, do_base, o_base, dq_base, STATS, D_STATS, seed, bh, key0, start_m,
+            offs_n, offs_d, offs_dv, n_q, head_d, head_dv, stride_qm, stride_dom, stride_om, stat, sm_scale,
+            qk_scale, noise_scale, threshold, keep_scale, g, kl_scale, False, NOISE, DROPOUT,
+            WANT_LSE, WANT_SQ, HAS_D_ROWS, KL_KIND, FAST, PRECISION, BLOCK_D, BLOCK_M, BLOCK_N)
+    tl.store(DK + bh * n_k * head_d + offs_n[:, None] * head_d + offs_d[None, :], (dk * sm_scale).to(
+        DK.dtype.element_ty), mask=col_ok[:, None] & (offs_d[None, :] < head_d))
     tl.store(DV + bh * n_k * head_dv + offs_n[:, None] * head_dv + offs_dv[None, :], (dv * keep_scale).to(
         DV.dtype.element_ty), mask=col_ok[:, None] & (offs_dv[None, :] < head_dv))
+    if KL_KIND != 0:
+        if pid_n == 0:  # the KL's direct share of dQ, once per query
+            for start_m in range(0, n_q, KL_BLOCK):
+                offs_r = start_m + tl.arange(0, KL_BLOCK)
+                lse = tl.load(STATS + stat + bh * n_q + offs_r, mask=offs_r < n_q, other=float("-inf"))
+                tl.atomic_add(dq_base + offs_r[:, None] * head_d + offs_d[None, :],
+                              kl_query_term(lse, g, n, st, sm_scale, alpha0, kl_scale, offset, KL_KIND, BLOCK_D),
+                              mask=(offs_r[:, None] < n_q) & (offs_d[None, :] < head_d), sem="relaxed")
+    if CONVERT_DQ:
+        tl.debug_barrier()  # every dQ addition of the program is issued
+        tickets = DQ + BH * n_q * head_d
+        if tl.atomic_add(tickets + bh, 1.0, sem="acq_rel") == tl.num_programs(0) - 1:
+            for start_m in range(0, n_q, KL_BLOCK):
+                offs_r = start_m + tl.arange(0, KL_BLOCK)
+                where = offs_r[:, None] * head_d + offs_d[None, :]
+                ok = (offs_r[:, None] < n_q) & (offs_d[None, :] < head_d)
+                tl.store(DQ_OUT + bh * n_q * head_d + where,
+                         tl.load(dq_base + where, mask=ok, other=0.0, cache_modifier=".cg").to(
+                             DQ_OUT.dtype.element_ty), mask=ok)
 
 
 @triton.jit
@@ -410,19 +469,18 @@ _TILES = {
     (True, "half", True): ((128, 64, 8, 2), (16, 128, 8, 2)),
     (True, "tf32", False): ((128, 32, 8, 2), (32, 128, 8, 2)),
     (True, "tf32", True): ((64, 32, 4, 2), (16, 16, 4, 2)),
-    (True, "tf32x3", False): ((64, 32, 4, 2), (16, 16, 4, 2)),
     (False, "half", False): ((128, 64, 8, 2), (32, 128, 8, 2)),
     (False, "half", True): ((128, 64, 8, 2), (16, 128, 8, 2)),
     (False, "tf32", False): ((128, 32, 8, 2), (32, 128, 8, 2)),
     (False, "tf32", True): ((64, 32, 4, 2), (16, 16, 4, 2)),
-    (False, "tf32x3", False): ((64, 32, 4, 2), (16, 16, 4, 2)),
 }
 
 
 def precision(dtype: torch.dtype, interpret: bool) -> str:
     """The products' input precision: exact float32 under the interpreter (tests compare to 1e-5); on a GPU,
     float32 inputs take TF32 where ``torch.backends.cuda.matmul.allow_tf32`` allows it (the suite's trainers
-    do), else three TF32 passes (float32 accuracy on the tensor cores); half inputs take their own."""
+    do), else three TF32 passes (float32 accuracy: the kernels have no tiles for it, the chunks take those
+    calls); half inputs take their own."""
     if dtype != torch.float32:
         return "half"
     if interpret:
@@ -432,8 +490,8 @@ def precision(dtype: torch.dtype, interpret: bool) -> str:
 
 def takes(dtype: torch.dtype, d: int, dv: int, interpret: bool) -> bool:
     """Whether the kernels take this dtype, float32 product precision and head size (:func:`tiles` is not None),
-    whatever the GPU: no heads wider than :data:`MAX_HEAD_DIM`, no float32 heads wider than 64 with three-pass
-    products."""
+    whatever the GPU: no heads wider than :data:`MAX_HEAD_DIM`, no float32 without TF32 (three-pass products:
+    the backward kernel spills at every tile tried on an H100, down to 16 x 16)."""
     return interpret or (max(d, dv) <= MAX_HEAD_DIM and (True, precision(dtype, interpret), max(
         16, triton.next_power_of_2(d), triton.next_power_of_2(dv)) > 64) in _TILES)
 
@@ -470,16 +528,29 @@ def dropout_threshold(p: float) -> tuple[int, float]:
     return min(int(round(p * 2.0 ** 32)), 2 ** 32 - 1), (1.0 / (1.0 - p) if p < 1 else 0.0)
 
 
-def _strides(x: Tensor) -> tuple:
-    return x.stride(0), x.stride(1), x.stride(2)
+class Call(NamedTuple):
+    """The options of one BAM attention call (the scalar arguments of ``attention_suite::bam_attention``)."""
+
+    causal: bool
+    scale: float
+    noise_kind: int
+    noise_scale: float
+    dropout: float
+    kl_kind: int  # :mod:`.dense_bam_kl`'s KL_*: the KL the kernels compute (0: none)
+    kl_constants: list  # :func:`.dense_bam_kl.constants`
+    scope_all: bool  # the contextual prior is normalised over every key
+    activation: int  # the prior network's (:data:`.dense_bam_kl.ACTIVATIONS`)
+    want_lse: bool  # the rows' LSE_i for a KL computed outside (and their gradient)
+    want_sq: bool  # the rows' S2_i likewise
 
 
-def _flags(q: Tensor, key_mask: Optional[Tensor], causal: bool, noise_kind: int, noise_scale: float, dropout: float,
-           want_lse: bool, want_sq: bool, interpret: bool) -> dict:
+def _flags(q: Tensor, key_mask: Optional[Tensor], call: Call, kl_kind: int, want_lse: bool, want_sq: bool,
+           interpret: bool) -> dict:
     kind = precision(q.dtype, interpret)
-    return dict(HAS_MASK=key_mask is not None, CAUSAL=causal, NOISE=noise_kind if noise_scale else NOISE_NONE,
-                DROPOUT=dropout > 0, WANT_LSE=want_lse, WANT_SQ=want_sq, FAST=not interpret,
-                PRECISION="tf32" if kind == "half" else kind)
+    return dict(HAS_MASK=key_mask is not None, CAUSAL=call.causal,
+                NOISE=call.noise_kind if call.noise_scale else NOISE_NONE, DROPOUT=call.dropout > 0,
+                WANT_LSE=want_lse or kl_kind != KL_NONE, WANT_SQ=want_sq or kl_kind in LOGNORMAL, FAST=not interpret,
+                PRECISION="tf32" if kind == "half" else kind, KL_KIND=kl_kind)
 
 
 def _mask_args(q: Tensor, key_mask: Optional[Tensor]) -> tuple:
@@ -492,41 +563,51 @@ def _mask_args(q: Tensor, key_mask: Optional[Tensor]) -> tuple:
     return (key_mask,) + tuple(0 if shape[i] == 1 else strides[i] for i in (0, 1, 3))
 
 
-def forward(q: Tensor, k: Tensor, v: Tensor, key_mask: Optional[Tensor], seed: Tensor, causal: bool, scale: float,
-            noise_kind: int, noise_scale: float, dropout: float, want_lse: bool, want_sq: bool, interpret: bool,
-            out: Tensor, rows: Tensor) -> None:
-    """Fill ``out [B, H, Q, dv]`` and ``rows [3, B*H, Q]`` (noisy log2-normaliser, clean ``LSE_i``, ``S2_i``) for
-    ``q [B, H, Q, d]``, ``k [B, H, K, d]``, ``v [B, H, K, dv]`` (last dimension contiguous) and a boolean key mask
-    broadcastable to ``[B, H, 1, K]`` (None for none). ``seed`` is a one-element int64 tensor on the device."""
+def _strides(x: Tensor) -> tuple:
+    return x.stride(0), x.stride(1), x.stride(2)
+
+
+def forward(q: Tensor, k: Tensor, v: Tensor, key_mask: Optional[Tensor], seed: Tensor, prior: list, call: Call,
+            interpret: bool, out: Tensor, stats: Tensor, kl: Tensor) -> None:
+    """Fill ``out [B, H, Q, dv]``, the zeroed float32 ``stats`` (:func:`.dense_bam_kl.stats_size`) and, with a KL,
+    ``kl`` (a float32 scalar) for ``q [B, H, Q, d]``, ``k [B, H, K, d]``, ``v [B, H, K, dv]`` (last dimension
+    contiguous), a boolean key mask broadcastable to ``[B, H, 1, K]`` (or None), a one-element int64 ``seed`` on the
+    device and the prior network's ``(W1, b1, w2, b2)`` (or ``[]``)."""
     B, H, n_q, d = q.shape
     n_k, dv = k.shape[2], v.shape[3]
-    tile = tiles(q.dtype, d, dv, interpret).forward
-    flags = _flags(q, key_mask, causal, noise_kind, noise_scale, dropout, want_lse, want_sq, interpret)
-    threshold, keep_scale = dropout_threshold(dropout)
+    threshold, keep_scale = dropout_threshold(call.dropout)
     mask_args = _mask_args(q, key_mask)
-    launch("dense_bam", _forward, (triton.cdiv(n_q, tile["BLOCK_M"]), B * H), q, k, v, mask_args[0],
-           out, rows, seed, *_strides(q), *_strides(k), *_strides(v), *_strides(out), *mask_args[1:],
-           H, n_q, n_k, d, dv, scale, scale * LOG2E, float(noise_scale), threshold,
-           keep_scale, SHARED_MAX=shared_max(noise_kind, noise_scale), **flags, **tile)
+    kl_values, kl_flags = kl_args(prior, call.kl_kind, call.kl_constants, call.scope_all, call.activation, d, q)
+    flags = _flags(q, key_mask, call, call.kl_kind, call.want_lse, call.want_sq, interpret)
+    tile = tiles(q.dtype, d, dv, interpret).forward
+    launch("dense_bam", _forward, (triton.cdiv(n_q, tile["BLOCK_M"]), B * H), q, k, v, mask_args[0], out, stats, seed,
+           kl, *_strides(q), *_strides(k), *_strides(v), *_strides(out), *mask_args[1:], H, n_q, n_k, d, dv,
+           call.scale, call.scale * LOG2E, float(call.noise_scale), threshold, keep_scale, *kl_values,
+           SHARED_MAX=shared_max(call.noise_kind, call.noise_scale), **{**kl_flags, **flags}, **tile)
 
 
-def backward(q: Tensor, k: Tensor, v: Tensor, key_mask: Optional[Tensor], seed: Tensor, d_out: Tensor, norm: Tensor,
-             grads: Tensor, dq: Tensor, dk: Tensor, dv: Tensor, causal: bool, scale: float, noise_kind: int,
-             noise_scale: float, dropout: float, want_lse: bool, want_sq: bool, add_dk: bool, interpret: bool) -> None:
-    """Add ``dQ`` to the float32 ``dq [B*H, Q, d]`` and write ``dk``, ``dv`` (``[B*H, K, *]``, contiguous; with
-    ``add_dk``, added to what ``dk`` holds) of :func:`forward` for the output gradient ``d_out [B, H, Q, dv]``;
-    ``norm [B*H, Q]`` is the forward's noisy normaliser, ``grads [4, B*H, Q]`` holds ``D_i``, ``dLSE_i``,
-    ``LSE_i`` in base 2 (+inf on rows without keys) and ``dS2_i``."""
+def backward(q: Tensor, k: Tensor, v: Tensor, key_mask: Optional[Tensor], seed: Tensor, prior: list, call: Call,
+             interpret: bool, out: Tensor, stats: Tensor, d_out: Tensor, d_stats: Optional[Tensor],
+             d_kl: Optional[Tensor], dq: Tensor, dq_out: Tensor, dk: Tensor, dv: Tensor, d_prior: list) -> None:
+    """The gradients of :func:`forward` for ``d_out``, ``d_kl`` (or None) and ``d_stats`` (the rows' ``LSE_i`` and
+    ``S2_i``; or None): ``dq`` is float32 and zeroed (``[B, H, Q, d]``, and when ``dq_out`` is another tensor, the
+    dtype's, ``B * H`` more floats of tickets), ``dk``, ``dv`` contiguous, ``d_prior`` zeroed float32 like the prior's
+    tensors (the KL's gradients are added when ``d_kl`` is given)."""
     B, H, n_q, d = q.shape
     n_k, dv_size = k.shape[2], v.shape[3]
-    tile = tiles(q.dtype, d, dv_size, interpret).backward
-    flags = _flags(q, key_mask, causal, noise_kind, noise_scale, dropout, want_lse, want_sq, interpret)
-    threshold, keep_scale = dropout_threshold(dropout)
+    threshold, keep_scale = dropout_threshold(call.dropout)
     mask_args = _mask_args(q, key_mask)
-    launch("dense_bam", _backward, (triton.cdiv(n_k, tile["BLOCK_N"]), B * H), q, k, v, mask_args[0], d_out, norm,
-           grads, dq, dk, dv, seed, *_strides(q), *_strides(k), *_strides(v), *_strides(d_out), *mask_args[1:],
-           H, n_q, n_k, d, dv_size, scale, scale * LOG2E, float(noise_scale), threshold,
-           keep_scale, ADD_DK=add_dk, **flags, **tile)
+    kl_kind = call.kl_kind if d_kl is not None else KL_NONE
+    kl_values, kl_flags = kl_args(prior, kl_kind, call.kl_constants, call.scope_all, call.activation, d, q)
+    has_rows = d_stats is not None
+    flags = _flags(q, key_mask, call, kl_kind, call.want_lse and has_rows, call.want_sq and has_rows, interpret)
+    grads = d_prior if d_prior else (q,) * 4
+    tile = tiles(q.dtype, d, dv_size, interpret).backward
+    launch("dense_bam", _backward, (triton.cdiv(n_k, tile["BLOCK_N"]), B * H), q, k, v, mask_args[0], out, d_out,
+           stats, d_stats if has_rows else stats, d_kl if d_kl is not None else stats, dq, dq_out, dk, dv, seed, *grads,
+           *_strides(q), *_strides(k), *_strides(v), *_strides(out), *_strides(d_out), *mask_args[1:], H, n_q, n_k,
+           d, dv_size, call.scale, call.scale * LOG2E, float(call.noise_scale), threshold, keep_scale, *kl_values,
+           HAS_D_ROWS=has_rows, CONVERT_DQ=dq_out is not dq, **{**kl_flags, **flags}, **tile)
 
 
 def standard_noise(batch_heads: int, n_q: int, n_k: int, noise_kind: int, seed: Tensor, dropout: float, device,

@@ -1,21 +1,22 @@
-r"""The BAM KL of a dense attention call, and the contextual prior, as two Triton kernels.
+r"""The BAM KL of a dense attention call and the contextual prior, as Triton functions that the attention kernels
+(:mod:`common.attention.kernels.dense_bam`) call.
 
 The closed forms are :mod:`common.attention.bam_stats`'s (Fan et al., 2020, Eq. 4, summed over the
-visible keys of each query): with ``LSE_i`` (and ``S2_i``) from the attention kernel, every
-query's term is a function of ``q_i``, ``LSE_i``, ``S2_i`` and a few sums over the keys of its
-(batch, head), and the layer's sum over the queries needs only sums over the queries
-(``sum_i q_i``, ``sum_i LSE_i``, ``sum_i LSE_i q_i``, ``sum_i LSE_i^2``, ``sum_i S2_i``). So
-:func:`_kl_forward` runs one program per (batch, head) after the attention: a pass over its
-queries, a pass over its keys for the prior's normaliser and one for the prior's sums, written to a
-statistics buffer; the program that finishes last adds the (batch, head) sums in a fixed order and
-writes ``KL = sum / count + const``. The contextual prior ``F2(act(F1(k_j)))`` (BAM Sec. 3.3) is
-computed in the kernel from the network's weights.
+visible keys of each query): with ``LSE_i`` (and ``S2_i``) from the attention, every query's term is a
+function of ``q_i``, ``LSE_i``, ``S2_i`` and a few sums over the keys of its (batch, head), and the
+layer's sum over the queries needs only sums over the queries (``sum_i q_i``, ``sum_i LSE_i``,
+``sum_i LSE_i q_i``, ``sum_i LSE_i^2``, ``sum_i S2_i``). So in the forward kernel the program that
+finishes a (batch, head)'s last block of queries runs :func:`kl_sums` for it: a pass over its
+queries, a pass over its keys for the prior's normaliser and one for the prior's sums, written to the
+statistics buffer; the program that finishes the last (batch, head) adds their sums in a fixed order
+and writes ``KL = sum / count + const``. The contextual prior ``F2(act(F1(k_j)))`` (BAM Sec. 3.3) is
+computed from the network's weights, one hidden unit at a time.
 
-The KL is linear in its upstream gradient ``g``, so :func:`_kl_backward` needs nothing but the saved
-sums: its programs over blocks of queries write what the attention's backward kernel reads (``D_i =
-dO_i . O_i``, the KL's ``dLSE_i`` and ``dS2_i``) and start the float32 ``dQ`` with the KL's direct
-term; its programs over blocks of keys write the KL's share of ``dK`` (the attention's backward adds
-its own) and add the prior network's weight gradients (float32 atomics).
+The KL is linear in its upstream gradient ``g``, so the backward kernel needs nothing but the saved
+sums: :func:`kl_key_gradients` gives a block of keys' share of ``dK`` (and adds the prior network's
+weight gradients, float32 atomics), the score gradient takes each query's ``dLSE_i`` from a row that
+:func:`kl_sums` writes (and ``dS2_i``, a constant), and :func:`kl_query_term` gives the KL's direct
+share of ``dQ``.
 
 Kinds of KL: :data:`KL_WEIBULL_FIXED`, :data:`KL_WEIBULL_CONTEXTUAL`, :data:`KL_LOGNORMAL_FIXED`,
 :data:`KL_LOGNORMAL_CONTEXTUAL`; no causal mask (:mod:`common.attention.dense_bam` computes that case's
@@ -31,24 +32,30 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from . import launch
 from .edge_bam import _digamma, _lgamma
 
 KL_NONE, KL_WEIBULL_FIXED, KL_WEIBULL_CONTEXTUAL, KL_LOGNORMAL_FIXED, KL_LOGNORMAL_CONTEXTUAL = 0, 1, 2, 3, 4
 LOGNORMAL = (KL_LOGNORMAL_FIXED, KL_LOGNORMAL_CONTEXTUAL)
 ACTIVATIONS = {"relu": 0, "leaky_relu": 1, "tanh": 2}
-#: Per (batch, head): four vectors of ``BLOCK_D`` floats (the visible keys' sum, the prior-weighted keys' sum,
-#: the queries' sum, ``sum_i u_i q_i``), then these scalars.
-_N, _A, _G, _LSE_R, _L, _S0, _U, _PART, _COUNT = range(9)
+#: The statistics buffer (float32, zeroed): four rows per query (the attention's noisy log2-normaliser, ``LSE_i``,
+#: ``S2_i``, and the KL's ``d KL / d LSE_i`` per unit of upstream gradient and entry), then per (batch, head) four vectors of ``BLOCK_D`` floats (the visible keys' sum, the prior-weighted
+#: keys' sum, the queries' sum, ``sum_i u_i q_i``) and 16 scalars (those of :func:`kl_sums`, then at
+#: :data:`QUERY_TICKET` the count of the forward's finished blocks of queries), then the layer's finishing ticket and
+#: entry count.
 _SCALARS = 16
-#: After the (batch, head) rows: the finishing ticket and the layer's entry count.
-_TICKET, _TOTAL_COUNT = 0, 1
-LOG2E = 1.4426950408889634
+QUERY_TICKET = tl.constexpr(9)
+ROW_STATS = tl.constexpr(4)
 
 
 def stats_size(batch_heads: int, n_q: int, head_d: int) -> int:
-    """Floats of the statistics buffer: three rows per query (the attention's), the (batch, head) sums, two."""
-    return 3 * batch_heads * n_q + batch_heads * (4 * block_d(head_d) + _SCALARS) + 2
+    """Floats of the statistics buffer."""
+    return ROW_STATS * batch_heads * n_q + batch_heads * (4 * block_d(head_d) + _SCALARS) + 2
+
+
+@triton.jit
+def per_head(STATS, BH, n_q, bh, BLOCK_D: tl.constexpr):
+    """The (batch, head)'s sums in the statistics buffer."""
+    return STATS + ROW_STATS * BH * n_q + bh * (4 * BLOCK_D + 16)
 
 
 def block_d(head_d: int) -> int:
@@ -111,20 +118,19 @@ def _prior_logits(k, W1, B1, W2, B2, h, s1h, s1i, s1j, sb1h, sb1j, s2h, s2j, sb2
 
 
 @triton.jit
-def _kl_forward(Q, K, MASK, STATS, KL, W1, B1, W2, B2,
-                stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn, stride_mb, stride_mh, stride_mn,
-                s1h, s1i, s1j, sb1h, sb1j, s2h, s2j, sb2h,
-                H, n_q, n_k, head_d, d_mid, scale, beta, log_beta, log_tiny, alpha0, c_w, kl_scale, offset, const,
-                KL_KIND: tl.constexpr, HAS_MASK: tl.constexpr, SCOPE_ALL: tl.constexpr, ACT: tl.constexpr,
-                BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr):
-    """The KL sums of one (batch, head); the last program to finish writes the layer's KL."""
-    bh = tl.program_id(0).to(tl.int64)
-    BH = tl.num_programs(0)
-    b, h = bh // H, bh % H
+def kl_sums(Q, K, MASK, STATS, KL, W1, B1, W2, B2, b, h, bh, BH,
+            stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn, stride_mb, stride_mh, stride_mn,
+            s1h, s1i, s1j, sb1h, sb1j, s2h, s2j, sb2h,
+            n_q, n_k, head_d, d_mid, scale, beta, log_beta, log_tiny, alpha0, c_w, kl_scale, offset, const,
+            KL_KIND: tl.constexpr, HAS_MASK: tl.constexpr, SCOPE_ALL: tl.constexpr, ACT: tl.constexpr,
+            BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr):
+    """The KL sums of (batch, head) ``bh`` once its rows' ``LSE_i`` and ``S2_i`` are written (by other programs:
+    they are read past the L1 cache); the last (batch, head) to finish writes the layer's KL."""
+    BLOCK_K: tl.constexpr = BLOCK_R
     PRIOR: tl.constexpr = KL_KIND == 2 or KL_KIND == 4
     offs_d = tl.arange(0, BLOCK_D)
     rows_lse = STATS + BH * n_q + bh * n_q
-    st = STATS + 3 * BH * n_q + bh * (4 * BLOCK_D + 16)
+    st = per_head(STATS, BH, n_q, bh, BLOCK_D)
     # the queries: sum_i q_i, sum_i LSE_i, sum_i LSE_i q_i, sum_i LSE_i^2, sum_i S2_i
     q_sum, lse_q = tl.zeros((BLOCK_D,), tl.float32), tl.zeros((BLOCK_D,), tl.float32)
     l_sum, ll_sum, s2_sum = 0.0, 0.0, 0.0
@@ -133,14 +139,14 @@ def _kl_forward(Q, K, MASK, STATS, KL, W1, B1, W2, B2,
         ok = offs_r < n_q
         q = tl.load(Q + b * stride_qb + h * stride_qh + offs_r[:, None] * stride_qm + offs_d[None, :],
                     mask=ok[:, None] & (offs_d[None, :] < head_d), other=0.0).to(tl.float32)
-        lse = tl.load(rows_lse + offs_r, mask=ok, other=0.0)
+        lse = tl.load(rows_lse + offs_r, mask=ok, other=0.0, cache_modifier=".cg")
         lse = tl.where(lse > float("-inf"), lse, 0.0)  # rows without keys: all of them or none (a key mask)
         q_sum += tl.sum(q, 0)
         l_sum += tl.sum(lse)
         if KL_KIND >= 3:
             lse_q += tl.sum(q * lse[:, None], 0)
             ll_sum += tl.sum(lse * lse)
-            s2_sum += tl.sum(tl.load(rows_lse + BH * n_q + offs_r, mask=ok, other=0.0))
+            s2_sum += tl.sum(tl.load(rows_lse + BH * n_q + offs_r, mask=ok, other=0.0, cache_modifier=".cg"))
     # the keys, first pass: the visible count and sum, and the prior logits' normaliser
     n, k_sum = 0.0, tl.zeros((BLOCK_D,), tl.float32)
     m_r, l_r = float("-inf"), 0.0
@@ -186,6 +192,24 @@ def _kl_forward(Q, K, MASK, STATS, KL, W1, B1, W2, B2,
                 g_sum += tl.sum(t * t)
                 c_sum += tl.sum(t[:, None] * k, 0)
                 s0 += tl.sum(tl.where(visible, kl_scale * (2.0 * rows * t - 2.0 * scale * qk - 2.0 * u_sum), 0.0))
+    # d KL_bh / d LSE_i of every query, for the backward pass (per unit of the mean's upstream gradient)
+    for start in range(0, n_q, BLOCK_R):
+        offs_r = start + tl.arange(0, BLOCK_R)
+        ok = offs_r < n_q
+        if KL_KIND == 1:
+            c = tl.zeros((BLOCK_R,), tl.float32) + alpha0 * n
+        elif KL_KIND == 2:
+            c = tl.zeros((BLOCK_R,), tl.float32) + a_sum
+        else:  # -(2 (P0_i - t_sum) + 2 n u_i) kl_scale, P0_i = scale q_i . sum_j k_j
+            q = tl.load(Q + b * stride_qb + h * stride_qh + offs_r[:, None] * stride_qm + offs_d[None, :],
+                        mask=ok[:, None] & (offs_d[None, :] < head_d), other=0.0).to(tl.float32)
+            lse = tl.load(rows_lse + offs_r, mask=ok, other=0.0, cache_modifier=".cg")
+            u = offset - tl.where(lse > float("-inf"), lse, 0.0)
+            t_sum = 0.0
+            if KL_KIND == 4:
+                t_sum = a_sum
+            c = -kl_scale * (2.0 * (scale * tl.sum(q * k_sum[None, :], 1) - t_sum) + 2.0 * n * u)
+        tl.store(rows_lse + 2 * BH * n_q + offs_r, tl.where(n > 0, c, 0.0), mask=ok)
     # the (batch, head)'s sum over its queries of the closed forms
     if KL_KIND == 1:
         part = rows * beta - alpha0 * (scale * tl.sum(q_sum * k_sum) - n * l_sum)
@@ -213,12 +237,12 @@ def _kl_forward(Q, K, MASK, STATS, KL, W1, B1, W2, B2,
     tl.store(scalars + 7, part)
     tl.store(scalars + 8, rows * n)
     tl.debug_barrier()
-    glob = STATS + 3 * BH * n_q + BH * (4 * BLOCK_D + 16)
+    glob = STATS + ROW_STATS * BH * n_q + BH * (4 * BLOCK_D + 16)
     if tl.atomic_add(glob, 1.0, sem="acq_rel") == BH - 1:  # the last program: the layer's sum, in a fixed order
         total, count = 0.0, 0.0
         for start in range(0, BH, 256):
             idx = start + tl.arange(0, 256)
-            where = STATS + 3 * BH * n_q + idx.to(tl.int64) * (4 * BLOCK_D + 16) + 4 * BLOCK_D
+            where = STATS + ROW_STATS * BH * n_q + idx.to(tl.int64) * (4 * BLOCK_D + 16) + 4 * BLOCK_D
             total += tl.sum(tl.load(where + 7, mask=idx < BH, other=0.0, cache_modifier=".cg"))
             count += tl.sum(tl.load(where + 8, mask=idx < BH, other=0.0, cache_modifier=".cg"))
         tl.store(glob + 1, count)
@@ -226,119 +250,78 @@ def _kl_forward(Q, K, MASK, STATS, KL, W1, B1, W2, B2,
 
 
 @triton.jit
-def _kl_backward(Q, K, MASK, OUT, DO, STATS, D_STATS, D_KL, GRADS, DQ, DK, W1, B1, W2, B2, DW1, DB1, DW2, DB2,
-                 stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn, stride_mb, stride_mh, stride_mn,
-                 stride_ob, stride_oh, stride_om, stride_dob, stride_doh, stride_dom,
-                 s1h, s1i, s1j, sb1h, sb1j, s2h, s2j, sb2h,
-                 H, n_q, n_k, head_d, head_dv, d_mid, scale, beta, log_beta, log_tiny, alpha0, c_w, kl_scale, offset,
-                 KL_KIND: tl.constexpr, HAS_MASK: tl.constexpr, SCOPE_ALL: tl.constexpr, ACT: tl.constexpr,
-                 HAS_D_ROWS: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr,
-                 BLOCK_DV: tl.constexpr):
-    """Programs over blocks of queries write ``GRADS`` (``D_i``, ``dLSE_i``, ``LSE_i`` in base 2 or +inf, ``dS2_i``)
-    and start ``DQ`` with the KL's term; programs over blocks of keys write the KL's ``dK`` and add the prior
-    network's gradients."""
-    pid, bh = tl.program_id(0), tl.program_id(1).to(tl.int64)
-    BH = tl.num_programs(1)
-    b, h = bh // H, bh % H
-    PRIOR: tl.constexpr = KL_KIND == 2 or KL_KIND == 4
+def kl_gradient_scale(STATS, D_KL, BH, n_q, bh, BLOCK_D: tl.constexpr):
+    """The upstream gradient per entry of the KL's mean, ``g / count`` (0 for a (batch, head) without a visible key),
+    and the (batch, head)'s visible key count."""
+    st = per_head(STATS, BH, n_q, bh, BLOCK_D)
+    n = tl.load(st + 4 * BLOCK_D)
+    count = tl.load(STATS + ROW_STATS * BH * n_q + BH * (4 * BLOCK_D + 16) + 1)
+    return tl.where(n > 0, tl.load(D_KL).to(tl.float32) / tl.maximum(count, 1.0), 0.0), n
+
+
+@triton.jit
+def kl_key_gradients(k, exists, visible, g, n, st, h, n_q, head_d, d_mid, W1, B1, W2, B2, DW1, DB1, DW2, DB2,
+                     s1h, s1i, s1j, sb1h, sb1j, s2h, s2j, sb2h, scale, beta, log_beta, log_tiny, alpha0, c_w, kl_scale,
+                     KL_KIND: tl.constexpr, SCOPE_ALL: tl.constexpr, ACT: tl.constexpr, BLOCK_D: tl.constexpr):
+    """The KL's gradient for a block of keys ``k`` (float32 ``[BLOCK_K, BLOCK_D]``); adds the prior network's."""
     offs_d = tl.arange(0, BLOCK_D)
-    row_blocks = tl.cdiv(n_q, BLOCK_R)
-    st = STATS + 3 * BH * n_q + bh * (4 * BLOCK_D + 16)
     scalars = st + 4 * BLOCK_D
-    g, n, rows = 0.0, 0.0, 0.0
-    if KL_KIND != 0:  # the upstream gradient per entry of the mean
-        count = tl.load(STATS + 3 * BH * n_q + BH * (4 * BLOCK_D + 16) + 1)
-        n = tl.load(scalars + 0)
-        g = tl.where(n > 0, tl.load(D_KL).to(tl.float32) / tl.maximum(count, 1.0), 0.0)
-        rows = tl.where(n > 0, n_q * 1.0, 0.0)
-    if pid < row_blocks:
-        offs_r = pid * BLOCK_R + tl.arange(0, BLOCK_R)
-        ok = offs_r < n_q
-        offs_dv = tl.arange(0, BLOCK_DV)
-        o = tl.load(OUT + b * stride_ob + h * stride_oh + offs_r[:, None] * stride_om + offs_dv[None, :],
-                    mask=ok[:, None] & (offs_dv[None, :] < head_dv), other=0.0).to(tl.float32)
-        do = tl.load(DO + b * stride_dob + h * stride_doh + offs_r[:, None] * stride_dom + offs_dv[None, :],
-                     mask=ok[:, None] & (offs_dv[None, :] < head_dv), other=0.0).to(tl.float32)
-        stat = BH * n_q
-        at = bh * n_q + offs_r
-        lse = tl.load(STATS + stat + at, mask=ok, other=float("-inf"))
-        d_lse = tl.zeros((BLOCK_R,), tl.float32)
-        d_sq = tl.zeros((BLOCK_R,), tl.float32)
-        if HAS_D_ROWS:
-            d_lse += tl.load(D_STATS + stat + at, mask=ok, other=0.0)
-            d_sq += tl.load(D_STATS + 2 * stat + at, mask=ok, other=0.0)
-        dq = tl.zeros((BLOCK_R, BLOCK_D), tl.float32)
-        if KL_KIND == 1:
-            d_lse += g * alpha0 * n
-            dq += (-g * alpha0 * scale * tl.load(st + offs_d))[None, :]
-        elif KL_KIND == 2:
-            d_lse += g * tl.load(scalars + 1)
-            dq += (-g * scale * tl.load(st + BLOCK_D + offs_d))[None, :]
-        elif KL_KIND >= 3:
-            q = tl.load(Q + b * stride_qb + h * stride_qh + offs_r[:, None] * stride_qm + offs_d[None, :],
-                        mask=ok[:, None] & (offs_d[None, :] < head_d), other=0.0).to(tl.float32)
-            k_sum = tl.load(st + offs_d)
-            u = offset - tl.where(lse > float("-inf"), lse, 0.0)
-            p0 = scale * tl.sum(q * k_sum[None, :], 1)
-            t_sum = 0.0
-            if KL_KIND == 4:
-                t_sum = tl.load(scalars + 1)
-            d_sq += g * kl_scale
-            d_lse += -g * kl_scale * (2.0 * (p0 - t_sum) + 2.0 * n * u)
-            dq += (g * kl_scale * scale * 2.0) * u[:, None] * k_sum[None, :]
-            if KL_KIND == 4:
-                dq += (-2.0 * g * kl_scale * scale * tl.load(st + BLOCK_D + offs_d))[None, :]
-        tl.store(GRADS + at, tl.sum(o * do, 1), mask=ok)
-        tl.store(GRADS + stat + at, d_lse, mask=ok)
-        tl.store(GRADS + 2 * stat + at, tl.where(lse > float("-inf"), lse * 1.4426950408889634, float("inf")), mask=ok)
-        tl.store(GRADS + 3 * stat + at, d_sq, mask=ok)
-        tl.store(DQ + bh * n_q * head_d + offs_r[:, None] * head_d + offs_d[None, :], dq,
-                 mask=ok[:, None] & (offs_d[None, :] < head_d))
-    elif KL_KIND != 0:
-        offs_k, k, exists, visible = _keys(K, MASK, b, h, (pid - row_blocks) * BLOCK_K, n_k, head_d, stride_kb,
-                                           stride_kh, stride_kn, stride_mb, stride_mh, stride_mn, HAS_MASK, BLOCK_K,
-                                           BLOCK_D)
-        q_sum = tl.load(st + 2 * BLOCK_D + offs_d)
-        zero = tl.zeros((BLOCK_K, BLOCK_D), tl.float32)
-        if KL_KIND == 1:
-            dk = zero + (-g * alpha0 * scale) * q_sum[None, :]
-        elif KL_KIND == 3:
-            dk = zero + (2.0 * g * kl_scale * scale) * tl.load(st + 3 * BLOCK_D + offs_d)[None, :]
+    q_sum = tl.load(st + 2 * BLOCK_D + offs_d)
+    rows = tl.where(n > 0, n_q * 1.0, 0.0)
+    zero = tl.zeros(k.shape, tl.float32)
+    if KL_KIND == 1:
+        dk = tl.where(visible[:, None], zero + (-g * alpha0 * scale) * q_sum[None, :], 0.0)
+    elif KL_KIND == 3:
+        dk = tl.where(visible[:, None], zero + (2.0 * g * kl_scale * scale) * tl.load(st + 3 * BLOCK_D + offs_d)[None, :],
+                      0.0)
+    else:
+        log_pi = _prior_logits(k, W1, B1, W2, B2, h, s1h, s1i, s1j, sb1h, sb1j, s2h, s2j, sb2h, head_d, d_mid, ACT,
+                               BLOCK_D) - tl.load(scalars + 3)
+        pi = tl.where(exists if SCOPE_ALL else visible, tl.exp(log_pi), 0.0)
+        qk = tl.sum(k * q_sum[None, :], 1)
+        s0 = tl.load(scalars + 5)
+        if KL_KIND == 2:
+            log_a = tl.where(visible, log_pi + log_beta, 0.0)
+            a = tl.where(visible, tl.exp(tl.maximum(log_a, log_tiny)), 0.0)
+            d_a = rows * (_digamma(tl.where(visible, a, 1.0)) + c_w) - scale * qk + tl.load(scalars + 4)
+            d_pi = tl.where(visible & (log_a >= log_tiny), g * beta * d_a, 0.0)
+            d_r = pi * (d_pi - g * s0)
+            dk = zero + (-g * scale) * a[:, None] * q_sum[None, :]
         else:
-            log_pi = _prior_logits(k, W1, B1, W2, B2, h, s1h, s1i, s1j, sb1h, sb1j, s2h, s2j, sb2h, head_d, d_mid,
-                                   ACT, BLOCK_D) - tl.load(scalars + 3)
-            pi = tl.where(exists if SCOPE_ALL else visible, tl.exp(log_pi), 0.0)
-            qk = tl.sum(k * q_sum[None, :], 1)
-            s0 = tl.load(scalars + 5)
-            if KL_KIND == 2:
-                log_a = tl.where(visible, log_pi + log_beta, 0.0)
-                a = tl.where(visible, tl.exp(tl.maximum(log_a, log_tiny)), 0.0)
-                d_a = rows * (_digamma(tl.where(visible, a, 1.0)) + c_w) - scale * qk + tl.load(scalars + 4)
-                d_pi = tl.where(visible & (log_a >= log_tiny), g * beta * d_a, 0.0)
-                d_r = pi * (d_pi - g * s0)
-                dk = zero + (-g * scale) * a[:, None] * q_sum[None, :]
-            else:
-                t = tl.where(visible, log_pi, 0.0)
-                d_t = tl.where(visible, g * kl_scale * (2.0 * rows * t - 2.0 * scale * qk
-                                                         - 2.0 * tl.load(scalars + 6)), 0.0)
-                d_r = d_t - pi * (g * s0)
-                dk = (g * kl_scale * scale) * (2.0 * tl.load(st + 3 * BLOCK_D + offs_d)[None, :]
-                                               - 2.0 * t[:, None] * q_sum[None, :])
-            dk = tl.where(visible[:, None], dk, 0.0)  # the closed form's own terms; the prior's follow
-            d_r = tl.where(exists, d_r, 0.0)
-            for j in range(d_mid):  # the network's backward pass, one hidden unit at a time
-                w, pre = _hidden_unit(k, W1, B1, h, j, s1h, s1i, s1j, sb1h, sb1j, head_d, BLOCK_D)
-                d_pre = d_r * tl.load(W2 + h * s2h + j * s2j).to(tl.float32) * _activation_grad(pre, ACT)
-                dk += d_pre[:, None] * w[None, :]
-                tl.atomic_add(DW1 + h * s1h + offs_d * s1i + j * s1j, tl.sum(k * d_pre[:, None], 0),
-                              mask=offs_d < head_d, sem="relaxed")
-                tl.atomic_add(DB1 + h * sb1h + j * sb1j, tl.sum(d_pre), sem="relaxed")
-                tl.atomic_add(DW2 + h * s2h + j * s2j, tl.sum(d_r * _activation(pre, ACT)), sem="relaxed")
-            tl.atomic_add(DB2 + h * sb2h, tl.sum(d_r), sem="relaxed")
-        if not PRIOR:
-            dk = tl.where(visible[:, None], dk, 0.0)
-        tl.store(DK + bh * n_k * head_d + offs_k[:, None] * head_d + offs_d[None, :], dk.to(DK.dtype.element_ty),
-                 mask=exists[:, None] & (offs_d[None, :] < head_d))
+            t = tl.where(visible, log_pi, 0.0)
+            d_t = tl.where(visible, g * kl_scale * (2.0 * rows * t - 2.0 * scale * qk - 2.0 * tl.load(scalars + 6)), 0.0)
+            d_r = d_t - pi * (g * s0)
+            dk = (g * kl_scale * scale) * (2.0 * tl.load(st + 3 * BLOCK_D + offs_d)[None, :]
+                                           - 2.0 * t[:, None] * q_sum[None, :])
+        dk = tl.where(visible[:, None], dk, 0.0)  # the closed form's own terms; the prior's follow
+        d_r = tl.where(exists, d_r, 0.0)
+        for j in range(d_mid):  # the network's backward pass, one hidden unit at a time
+            w, pre = _hidden_unit(k, W1, B1, h, j, s1h, s1i, s1j, sb1h, sb1j, head_d, BLOCK_D)
+            d_pre = d_r * tl.load(W2 + h * s2h + j * s2j).to(tl.float32) * _activation_grad(pre, ACT)
+            dk += d_pre[:, None] * w[None, :]
+            tl.atomic_add(DW1 + h * s1h + offs_d * s1i + j * s1j, tl.sum(k * d_pre[:, None], 0), mask=offs_d < head_d,
+                          sem="relaxed")
+            tl.atomic_add(DB1 + h * sb1h + j * sb1j, tl.sum(d_pre), sem="relaxed")
+            tl.atomic_add(DW2 + h * s2h + j * s2j, tl.sum(d_r * _activation(pre, ACT)), sem="relaxed")
+        tl.atomic_add(DB2 + h * sb2h, tl.sum(d_r), sem="relaxed")
+    return dk
+
+
+@triton.jit
+def kl_query_term(lse, g, n, st, scale, alpha0, kl_scale, offset, KL_KIND: tl.constexpr, BLOCK_D: tl.constexpr):
+    """The KL's direct share of ``dQ`` for a block of queries (``[M, BLOCK_D]``; ``LSE_i`` in natural log)."""
+    offs_d = tl.arange(0, BLOCK_D)
+    zero = tl.zeros((lse.shape[0], BLOCK_D), tl.float32)
+    if KL_KIND == 1:
+        return zero + (-g * alpha0 * scale * tl.load(st + offs_d))[None, :]
+    elif KL_KIND == 2:
+        return zero + (-g * scale * tl.load(st + BLOCK_D + offs_d))[None, :]
+    else:
+        u = offset - tl.where(lse > float("-inf"), lse, 0.0)
+        dq = (g * kl_scale * scale * 2.0) * u[:, None] * tl.load(st + offs_d)[None, :]
+        if KL_KIND == 4:
+            dq += (-2.0 * g * kl_scale * scale * tl.load(st + BLOCK_D + offs_d))[None, :]
+        return dq
 
 
 #: The KL's constants, in the order the operator takes them (:func:`constants`).
@@ -377,51 +360,17 @@ def _prior_args(prior: list) -> tuple:
     return (w1, b1, w2, b2) + strides
 
 
-def _blocks(n_q: int, n_k: int, head_d: int) -> dict:
-    """Blocks of queries and keys of 2048 float32 values (no spilled register on an A100 at head size 64)."""
-    rows = max(16, min(64, 2048 // block_d(head_d)))
-    return dict(BLOCK_R=min(rows, max(16, triton.next_power_of_2(n_q))),
-                BLOCK_K=min(rows, max(16, triton.next_power_of_2(n_k))))
+def kl_block(head_d: int) -> int:
+    """Queries or keys per step of :func:`kl_sums`: 2048 float32 values a block (no spilled register on an A100)."""
+    return max(16, min(64, 2048 // block_d(head_d)))
 
 
-def kl_forward(q: Tensor, k: Tensor, key_mask: Optional[Tensor], stats: Tensor, kl: Tensor, prior: list,
-               kl_kind: int, kl_constants: list, scope_all: bool, activation: int, scale: float) -> None:
-    """Write the (batch, head) sums into ``stats`` (:func:`stats_size` floats, zeroed, whose first rows hold the
-    attention's ``LSE_i`` and ``S2_i``) and the layer's KL into ``kl`` (a float32 scalar)."""
-    from .dense_bam import _mask_args, _strides
-    B, H, n_q, d = q.shape
-    n_k = k.shape[2]
-    beta, log_beta, log_tiny, alpha0, c_w, kl_scale, offset, const = kl_constants
-    w1, b1, w2, b2, *prior_strides = _prior_args(prior)
+def kl_args(prior: list, kl_kind: int, kl_constants: list, scope_all: bool, activation: int, head_d: int,
+            stand_in: Tensor) -> tuple:
+    """The arguments and constants the attention kernels take for the KL: the prior's tensors, strides and hidden
+    size, the constants; ``stand_in`` takes the place of absent tensors."""
+    w1, b1, w2, b2, *strides = _prior_args(prior)
+    tensors = (w1, b1, w2, b2) if w1 is not None else (stand_in,) * 4
     d_mid = 0 if w1 is None else b1.shape[-1]
-    mask_args = _mask_args(q, key_mask)
-    weights = (w1, b1, w2, b2) if w1 is not None else (q,) * 4
-    launch("dense_bam", _kl_forward, (B * H,), q, k, mask_args[0], stats, kl, *weights, *_strides(q), *_strides(k), *mask_args[1:], *prior_strides,
-           H, n_q, n_k, d, d_mid, scale, beta, log_beta, log_tiny, alpha0, c_w, kl_scale, offset, const,
-           KL_KIND=kl_kind, HAS_MASK=key_mask is not None, SCOPE_ALL=scope_all, ACT=activation,
-           BLOCK_D=block_d(d), **_blocks(n_q, n_k, d))
-
-
-def kl_backward(q: Tensor, k: Tensor, key_mask: Optional[Tensor], out: Tensor, d_out: Tensor, stats: Tensor,
-                d_stats: Optional[Tensor], d_kl: Optional[Tensor], grads: Tensor, dq: Tensor, dk: Tensor,
-                prior: list, d_prior: list, kl_kind: int, kl_constants: list, scope_all: bool, activation: int,
-                scale: float) -> None:
-    """Fill ``grads [4, B*H, Q]`` and start the float32 ``dq [B*H, Q, d]``; with a KL (``kl_kind``, ``d_kl``) also
-    write the KL's ``dk [B*H, K, d]`` and add the prior's gradients to the zeroed float32 ``d_prior``."""
-    from .dense_bam import _mask_args, _strides
-    B, H, n_q, d = q.shape
-    n_k, dv = k.shape[2], out.shape[3]
-    beta, log_beta, log_tiny, alpha0, c_w, kl_scale, offset, _ = kl_constants
-    w1, b1, w2, b2, *prior_strides = _prior_args(prior)
-    d_mid = 0 if w1 is None else b1.shape[-1]
-    blocks = _blocks(n_q, n_k, d)
-    kind = kl_kind if d_kl is not None else KL_NONE
-    key_blocks = triton.cdiv(n_k, blocks["BLOCK_K"]) if kind != KL_NONE else 0
-    mask_args = _mask_args(q, key_mask)
-    tensors = (w1, b1, w2, b2, *d_prior) if w1 is not None else (q,) * 8
-    launch("dense_bam", _kl_backward, (triton.cdiv(n_q, blocks["BLOCK_R"]) + key_blocks, B * H), q, k, mask_args[0],
-           out, d_out, stats, q if d_stats is None else d_stats, q if d_kl is None else d_kl, grads, dq, dk, *tensors,
-           *_strides(q), *_strides(k), *mask_args[1:], *_strides(out), *_strides(d_out), *prior_strides,
-           H, n_q, n_k, d, dv, d_mid, scale, beta, log_beta, log_tiny, alpha0, c_w, kl_scale, offset,
-           KL_KIND=kind, HAS_MASK=key_mask is not None, SCOPE_ALL=scope_all, ACT=activation,
-           HAS_D_ROWS=d_stats is not None, BLOCK_D=block_d(d), BLOCK_DV=max(16, triton.next_power_of_2(dv)), **blocks)
+    return (*tensors, *strides, d_mid, *kl_constants), dict(KL_KIND=kl_kind, SCOPE_ALL=scope_all, ACT=activation,
+                                                              KL_BLOCK=kl_block(head_d))
