@@ -27,13 +27,13 @@ median and the best of ``--repeats`` are reported, with the ratios of both:
    ``edge_index`` every step. ``--epoch-batches`` (``--quick``: 4) times only the first batches.
    Peak memory per side as in ``large`` (GPU: the largest step).
 
-With ``--device cuda`` and Triton installed, our BAM layers run the fused edge-wise kernels
-(:mod:`common.attention.kernels.edge_bam`); ``ATTN_TRITON=0`` times the PyTorch path instead.
+Our BAM layers run the fused edge-wise kernels (:mod:`common.attention.edge_bam`): the Triton ones with
+``--device cuda`` and Triton installed, the C ones on the CPU; ``ATTN_TRITON=0`` and ``ATTN_CPU_KERNELS=0``
+time the PyTorch path instead.
 
-Speed targets (issue 14): BAM-WC layer <= 1.05x PyG with a reused graph (Cora and 1.2M edges),
-<= 1.2x with a fresh graph every call, peak memory <= 1.0x. Mini-batch epoch (issue 32, CPU, 2 threads):
-BAM-WC <= 1.1x PyG, softmax <= 1.0x.
-The JSON records both sides and the ratios.
+Speed targets: BAM-WC layer <= 1.1x PyG (Cora and 1.2M edges), with a reused graph and with a fresh
+graph every call, peak memory <= 1.0x. Mini-batch epoch (CPU, 2 threads): BAM-WC <= 1.1x PyG, softmax
+<= 1.0x. The JSON records both sides and the ratios.
 """
 from __future__ import annotations
 
