@@ -159,6 +159,7 @@ def custom_operators() -> list:
     """The suite's custom operators (``torch.ops.attention_suite.*``), from torch's registry once the modules
     defining them are imported (the CSR entmax kernels' where Triton is installed)."""
     import common.attention.dense_bam  # noqa: F401
+    import common.attention.dense_bam_op  # noqa: F401
     import common.attention.edge_bam  # noqa: F401
     import common.attention.entmax  # noqa: F401
     from common.attention import kernels
