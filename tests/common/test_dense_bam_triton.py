@@ -95,12 +95,13 @@ def test_operator_equals_the_materialised_path(case, monkeypatch):
     _compare(norm, q, k, v, mask if use_mask else None, causal, dropout)
 
 
-@pytest.mark.parametrize("shape", ["cross-attention", "head size 24, values 40", "one query"])
+@pytest.mark.parametrize("shape", ["cross-attention", "head size 24, values 40", "one query", "several blocks"])
 def test_operator_takes_other_shapes(shape, monkeypatch):
-    """Queries and keys of different counts, head sizes that are not powers of two (masked lanes), ``dv != d``."""
+    """Queries and keys of different counts, head sizes that are not powers of two (masked lanes), ``dv != d``, and
+    several blocks of queries and of keys per (batch, head) (the KL's tickets, ``dQ`` added by several programs)."""
     monkeypatch.setenv("ATTN_TRITON", "1")
     sizes = {"cross-attention": dict(q_len=7, k_len=40), "head size 24, values 40": dict(d=24, dv=40),
-             "one query": dict(q_len=1, k_len=33)}[shape]
+             "one query": dict(q_len=1, k_len=33), "several blocks": dict(q_len=70, k_len=75)}[shape]
     norm = attention.build("bam-lc", key_dim=sizes.get("d", D), sigma=0.5).train()
     q, k, v, mask = _inputs(**sizes)
     _compare(norm, q, k, v, mask)
@@ -110,7 +111,7 @@ def test_half_precision_follows_float32(monkeypatch):
     """bfloat16 inputs (tensor-core products in bfloat16, float32 arithmetic) follow the float32 reference."""
     monkeypatch.setenv("ATTN_TRITON", "1")
     norm = attention.build("bam-wc", key_dim=D, k=4.0).train()
-    q, k, v, mask = _inputs(dtype=torch.bfloat16)
+    q, k, v, mask = _inputs(q_len=40, k_len=70, dtype=torch.bfloat16)  # dQ written in bfloat16 by the last of 3 programs
     _compare(norm, q, k, v, mask, rtol=2e-2, atol=2e-2)
 
 
@@ -235,3 +236,26 @@ def test_torch_compile_keeps_the_operator_in_one_graph(monkeypatch):
     for a, b in zip(compiled, eager):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
     torch.autograd.grad(compiled[0].sum() + compiled[1], (q, k, v))
+
+
+def test_philox_is_random123s_seven_round_philox():
+    """The kernels' Philox (whole 64-bit products) gives Triton's ``tl.philox(..., n_rounds=7)`` words."""
+    out = torch.empty(512, dtype=torch.int32)
+    _both_philox[(1,)](out, torch.tensor([0x0123456789ABCDEF]), N=512)
+    assert bool(out.all())
+
+
+if triton_available():
+    import triton
+    import triton.language as tl
+
+    from common.attention.kernels.dense_bam import _philox4x32_7
+
+    @triton.jit
+    def _both_philox(OUT, SEED, N: tl.constexpr):
+        i = tl.arange(0, N).to(tl.uint32)
+        seed = tl.load(SEED)
+        c0, c1, c2, c3 = i * 2654435761, i ^ 0xA5A5A5A5, i + 0xFFFFFF00, i * 0 + 7
+        a0, a1, a2, a3 = tl.philox(seed, c0, c1, c2, c3, 7)
+        b0, b1, b2, b3 = _philox4x32_7(c0, c1, c2, c3, seed)
+        tl.store(OUT + tl.arange(0, N), ((a0 == b0) & (a1 == b1) & (a2 == b2) & (a3 == b3)).to(tl.int32))

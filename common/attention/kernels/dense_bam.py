@@ -81,7 +81,9 @@ def _tile_of_four(x00, x01, x10, x11, ROWS_ARE_QUERIES: tl.constexpr, R: tl.cons
 @triton.jit
 def _philox(seed, bh, row0, col0, stream, ROWS_ARE_QUERIES: tl.constexpr, R: tl.constexpr, C: tl.constexpr):
     """The four ``[R/2, C/2]`` word tiles of the Philox4x32-7 calls of the tile at ``(row0, col0)`` (multiples
-    of 16), in the order ``x00, x01, x10, x11`` of :func:`_tile_of_four`."""
+    of 16), in the order ``x00, x01, x10, x11`` of :func:`_tile_of_four`. The same words either way: the forward's
+    tiles take whole 64-bit products (:func:`_philox4x32_7`, about 3 instructions fewer per entry), the transposed
+    tiles of the backward, whose registers are scarcer (register pairs made it spill), ``tl.philox``'s halves."""
     rows = (row0 // 2 + tl.arange(0, R // 2)).to(tl.uint32)
     cols = (col0 // 2 + tl.arange(0, C // 2)).to(tl.uint32)
     zero = tl.zeros([R // 2, C // 2], tl.uint32)
@@ -89,7 +91,26 @@ def _philox(seed, bh, row0, col0, stream, ROWS_ARE_QUERIES: tl.constexpr, R: tl.
         keys, queries = cols[None, :] + zero, rows[:, None] + zero
     else:
         keys, queries = rows[:, None] + zero, cols[None, :] + zero
-    return tl.philox(seed, keys, queries, bh.to(tl.uint32) + zero, stream + zero, 7)
+    if ROWS_ARE_QUERIES:
+        return _philox4x32_7(keys, queries, bh.to(tl.uint32) + zero, stream + zero, seed)
+    else:
+        return tl.philox(seed, keys, queries, bh.to(tl.uint32) + zero, stream + zero, 7)
+
+
+@triton.jit
+def _philox4x32_7(c0, c1, c2, c3, seed):
+    """Random123's Philox4x32 with seven rounds (``tl.philox(seed, c0, c1, c2, c3, 7)``'s words), each round's two
+    32 x 32 -> 64-bit products taken whole (one ``IMAD.WIDE`` each instead of a high and a low half)."""
+    k0 = (seed & 0xFFFFFFFF).to(tl.uint32)
+    k1 = ((seed >> 32) & 0xFFFFFFFF).to(tl.uint32)
+    for _ in tl.static_range(7):
+        p0 = c0.to(tl.uint64) * 0xD2511F53
+        p2 = c2.to(tl.uint64) * 0xCD9E8D57
+        c0, c1, c2, c3 = ((p2 >> 32).to(tl.uint32) ^ c1 ^ k0, p2.to(tl.uint32), (p0 >> 32).to(tl.uint32) ^ c3 ^ k1,
+                          p0.to(tl.uint32))
+        k0 = tl.add(k0, 0x9E3779B9, sanitize_overflow=False)
+        k1 = tl.add(k1, 0xBB67AE85, sanitize_overflow=False)
+    return c0, c1, c2, c3
 
 
 @triton.jit
@@ -461,18 +482,19 @@ class Tiles(NamedTuple):
 #: Widest head the kernels take.
 MAX_HEAD_DIM = 128
 #: (Hopper or later, product precision, head size > 64) -> (BLOCK_M, BLOCK_N, num_warps, num_stages) of the forward
-#: kernel (queries x keys) and of the backward kernel (queries per step x keys per program); every launch asks for
-#: up to 255 registers (``maxnreg``). Checked free of spills and within the shared memory of an A100 and an H100 by
-#: :mod:`common.attention.kernels.aot`.
+#: kernel (queries x keys), of the backward kernel (queries per step x keys per program), and of the backward kernel
+#: with Lognormal noise (Box-Muller pairs hold more registers); every launch asks for up to 255 registers
+#: (``maxnreg``). The largest tiles free of spills at every launch of :mod:`common.attention.kernels.aot` (its
+#: cases' variants and lengths, sm_80 and sm_90).
 _TILES = {
-    (True, "half", False): ((128, 64, 8, 2), (32, 128, 8, 2)),
-    (True, "half", True): ((128, 64, 8, 2), (16, 128, 8, 2)),
-    (True, "tf32", False): ((128, 32, 8, 2), (32, 128, 8, 2)),
-    (True, "tf32", True): ((64, 32, 4, 2), (16, 16, 4, 2)),
-    (False, "half", False): ((128, 64, 8, 2), (32, 128, 8, 2)),
-    (False, "half", True): ((128, 64, 8, 2), (16, 128, 8, 2)),
-    (False, "tf32", False): ((128, 32, 8, 2), (32, 128, 8, 2)),
-    (False, "tf32", True): ((64, 32, 4, 2), (16, 16, 4, 2)),
+    (True, "half", False): ((128, 64, 8, 2), (32, 128, 8, 2), (32, 128, 8, 2)),
+    (True, "half", True): ((128, 64, 8, 2), (16, 128, 8, 2), (16, 32, 4, 2)),
+    (True, "tf32", False): ((128, 32, 8, 2), (32, 128, 8, 2), (16, 128, 8, 2)),
+    (True, "tf32", True): ((128, 32, 8, 2), (16, 16, 4, 2), (16, 16, 4, 2)),
+    (False, "half", False): ((128, 64, 8, 2), (16, 128, 8, 2), (16, 128, 8, 2)),
+    (False, "half", True): ((128, 32, 8, 2), (16, 64, 8, 2), (16, 64, 8, 2)),
+    (False, "tf32", False): ((128, 32, 8, 2), (16, 128, 8, 2), (16, 128, 8, 2)),
+    (False, "tf32", True): ((128, 32, 8, 2), (16, 16, 4, 2), (16, 16, 4, 2)),
 }
 
 
@@ -496,20 +518,19 @@ def takes(dtype: torch.dtype, d: int, dv: int, interpret: bool) -> bool:
         16, triton.next_power_of_2(d), triton.next_power_of_2(dv)) > 64) in _TILES)
 
 
-def tiles(dtype: torch.dtype, d: int, dv: int, interpret: bool) -> Optional[Tiles]:
-    """The tiles for this dtype, float32 product precision, head size and the target GPU
+def tiles(dtype: torch.dtype, d: int, dv: int, interpret: bool, lognormal: bool = False) -> Optional[Tiles]:
+    """The tiles for this dtype, float32 product precision, head size, noise and the target GPU
     (:func:`~common.attention.kernels.target_arch`), or None where :func:`takes` says no."""
     heads = dict(BLOCK_D=max(16, triton.next_power_of_2(d)), BLOCK_DV=max(16, triton.next_power_of_2(dv)))
-    if max(heads.values()) > MAX_HEAD_DIM:
+    if not takes(dtype, d, dv, interpret):
         return None
     if interpret:
         return Tiles(dict(BLOCK_M=32, BLOCK_N=16, **heads), dict(BLOCK_M=16, BLOCK_N=32, **heads))
     from . import target_arch
-    entry = _TILES.get((target_arch() >= 90, precision(dtype, interpret), max(heads.values()) > 64))
-    if entry is None:
-        return None
+    forward, backward, backward_lognormal = _TILES[(target_arch() >= 90, precision(dtype, interpret),
+                                                     max(heads.values()) > 64)]
     return Tiles(*({**dict(zip(("BLOCK_M", "BLOCK_N", "num_warps", "num_stages"), t)), "maxnreg": 255, **heads}
-                   for t in entry))
+                   for t in (forward, backward_lognormal if lognormal else backward)))
 
 
 def shared_max(noise_kind: int, noise_scale: float) -> bool:
@@ -602,7 +623,8 @@ def backward(q: Tensor, k: Tensor, v: Tensor, key_mask: Optional[Tensor], seed: 
     has_rows = d_stats is not None
     flags = _flags(q, key_mask, call, kl_kind, call.want_lse and has_rows, call.want_sq and has_rows, interpret)
     grads = d_prior if d_prior else (q,) * 4
-    tile = tiles(q.dtype, d, dv_size, interpret).backward
+    lognormal = call.noise_kind == NOISE_LOGNORMAL and call.noise_scale > 0
+    tile = tiles(q.dtype, d, dv_size, interpret, lognormal).backward
     launch("dense_bam", _backward, (triton.cdiv(n_k, tile["BLOCK_N"]), B * H), q, k, v, mask_args[0], out, d_out,
            stats, d_stats if has_rows else stats, d_kl if d_kl is not None else stats, dq, dq_out, dk, dv, seed, *grads,
            *_strides(q), *_strides(k), *_strides(v), *_strides(out), *_strides(d_out), *mask_args[1:], H, n_q, n_k,

@@ -32,7 +32,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from .edge_bam import _digamma, _lgamma
+from .jit_utils import digamma, lgamma
 
 KL_NONE, KL_WEIBULL_FIXED, KL_WEIBULL_CONTEXTUAL, KL_LOGNORMAL_FIXED, KL_LOGNORMAL_CONTEXTUAL = 0, 1, 2, 3, 4
 LOGNORMAL = (KL_LOGNORMAL_FIXED, KL_LOGNORMAL_CONTEXTUAL)
@@ -181,9 +181,9 @@ def kl_sums(Q, K, MASK, STATS, KL, W1, B1, W2, B2, b, h, bh, BH,
                 log_a = tl.where(visible, log_pi + log_beta, 0.0)
                 a = tl.where(visible, tl.exp(tl.maximum(log_a, log_tiny)), 0.0)
                 a_sum += tl.sum(a)
-                g_sum += tl.sum(tl.where(visible, _lgamma(tl.where(visible, a, 1.0)), 0.0))
+                g_sum += tl.sum(tl.where(visible, lgamma(tl.where(visible, a, 1.0)), 0.0))
                 c_sum += tl.sum(a[:, None] * k, 0)
-                d_a = rows * (_digamma(tl.where(visible, a, 1.0)) + c_w) - scale * qk + l_sum
+                d_a = rows * (digamma(tl.where(visible, a, 1.0)) + c_w) - scale * qk + l_sum
                 d_pi = tl.where(visible & (log_a >= log_tiny), beta * d_a, 0.0)
                 s0 += tl.sum(tl.where(visible, tl.exp(log_pi) * d_pi, 0.0))
             else:  # t_j = log pi_j
@@ -283,7 +283,7 @@ def kl_key_gradients(k, exists, visible, g, n, st, h, n_q, head_d, d_mid, W1, B1
         if KL_KIND == 2:
             log_a = tl.where(visible, log_pi + log_beta, 0.0)
             a = tl.where(visible, tl.exp(tl.maximum(log_a, log_tiny)), 0.0)
-            d_a = rows * (_digamma(tl.where(visible, a, 1.0)) + c_w) - scale * qk + tl.load(scalars + 4)
+            d_a = rows * (digamma(tl.where(visible, a, 1.0)) + c_w) - scale * qk + tl.load(scalars + 4)
             d_pi = tl.where(visible & (log_a >= log_tiny), g * beta * d_a, 0.0)
             d_r = pi * (d_pi - g * s0)
             dk = zero + (-g * scale) * a[:, None] * q_sum[None, :]

@@ -36,36 +36,8 @@ import triton.language as tl
 from torch import Tensor
 
 from ..edge_bam import Options, _compute_dtype
-from .jit_utils import upcast
+from .jit_utils import digamma, lgamma, upcast
 from . import int_key, launch, precompile
-
-
-@triton.jit
-def _lgamma(x):
-    """``log Gamma(x)`` for ``x > 0``: six recurrence steps up, then Stirling's series."""
-    shift = tl.zeros_like(x)
-    for _ in tl.static_range(6):
-        small = x < 6.0
-        shift = tl.where(small, shift - tl.log(x), shift)
-        x = tl.where(small, x + 1.0, x)
-    inv = 1.0 / x
-    inv2 = inv * inv
-    series = inv * (1.0 / 12 - inv2 * (1.0 / 360 - inv2 * (1.0 / 1260 - inv2 / 1680)))
-    return shift + (x - 0.5) * tl.log(x) - x + 0.9189385332046727 + series
-
-
-@triton.jit
-def _digamma(x):
-    """``psi(x)`` for ``x > 0``: six recurrence steps up, then the asymptotic series."""
-    shift = tl.zeros_like(x)
-    for _ in tl.static_range(6):
-        small = x < 6.0
-        shift = tl.where(small, shift - 1.0 / x, shift)
-        x = tl.where(small, x + 1.0, x)
-    inv = 1.0 / x
-    inv2 = inv * inv
-    series = inv2 * (1.0 / 12 - inv2 * (1.0 / 120 - inv2 * (1.0 / 252 - inv2 * (1.0 / 240 - inv2 / 132))))
-    return shift + tl.log(x) - 0.5 * inv - series
 
 
 @triton.jit
@@ -123,9 +95,9 @@ def _kl_terms(logp, log_pi, c0, c1, c2, KL: tl.constexpr, PRIOR: tl.constexpr, L
         if PRIOR:
             log_alpha = log_pi + c0
             alpha = tl.exp(tl.maximum(log_alpha, LOG_TINY))
-            value = beta_p + _lgamma(alpha) + alpha * (c1 - logp)
+            value = beta_p + lgamma(alpha) + alpha * (c1 - logp)
             d_logp = beta_p - alpha
-            d_log_pi = tl.where(log_alpha < LOG_TINY, 0.0, (_digamma(alpha) + c1 - logp) * alpha)
+            d_log_pi = tl.where(log_alpha < LOG_TINY, 0.0, (digamma(alpha) + c1 - logp) * alpha)
         else:
             value = beta_p - c2 * logp
             d_logp = beta_p - c2
