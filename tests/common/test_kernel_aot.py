@@ -33,7 +33,7 @@ def test_every_kernel_compiles_for_sm80_and_sm90_without_spills(tmp_path):
     assert summary["ok"] and summary["spilling"] == 0 and summary["failed_to_compile"] == 0
     assert summary["over_shared_limit"] == 0
     seen = {(r["arch"], r["launch"]["kernel"]) for r in reports}
-    kernels = {"_forward", "_backward", "_kl_forward", "_kl_backward", "_edge_bam_fwd", "_edge_bam_bwd", "_entmax_fwd",
+    kernels = {"_forward", "_backward", "_edge_bam_fwd", "_edge_bam_bwd", "_entmax_fwd",
                "_entmax_bwd"}
     assert seen == {(arch, kernel) for arch in (80, 90) for kernel in kernels}
     pointers = {t for r in reports for t in r["launch"]["pointers"]}
@@ -44,7 +44,7 @@ def test_the_check_finds_spills_in_a_tile_too_large():
     """Sabotage: a backward tile of 64 queries x 128 keys at head size 64 with a Lognormal KL spills on an H100 (it
     did, before the tiles were chosen); the check must say so and fail."""
     script = ("from common.attention.kernels import aot, dense_bam as d\n"
-              "d._TILES[(True, 'half', False)] = ((128, 64, 8, 2), (64, 128, 8, 2))\n"
+              "d._TILES[(True, 'half', False)] = ((128, 64, 8, 2), (64, 128, 8, 2), (64, 128, 8, 2))\n"
               "r = aot.check((90,), ('dense-bam',), match=('bfloat16 d=64 L=100 BH=64 bam-lc',))\n"
               "import json; print(json.dumps(aot.summary(r)))\n")
     run = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=_compiled_env(), capture_output=True,
