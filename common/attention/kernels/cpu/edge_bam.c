@@ -24,13 +24,7 @@
 
 #include "philox.h"
 
-#if defined(ATTN_LIBMVEC) && defined(__GNUC__) && !defined(__clang__)
-/* glibc's vector math library (libmvec, linked with -lmvec): 8-wide logf/expf/sinf/cosf in the loops below */
-float logf(float) __attribute__((__simd__("notinbranch")));
-float expf(float) __attribute__((__simd__("notinbranch")));
-float sinf(float) __attribute__((__simd__("notinbranch")));
-float cosf(float) __attribute__((__simd__("notinbranch")));
-#endif
+#include "libmvec.h"
 
 #define NOISE_NONE 0
 #define NOISE_WEIBULL 1
