@@ -92,6 +92,7 @@ def dense_kl(
     square_sums: Optional[Tensor] = None,
     prior_over_all_keys: bool = False,
     projections: Optional[Tensor] = None,
+    sums_dtype: torch.dtype = torch.float64,
 ) -> Tensor:
     """The layer's KL from row statistics: ``q [..., H, Q, d]``, ``k [..., H, K, d]``,
     ``lse [..., H, Q]`` (``-inf`` on rows without keys), ``key_mask`` boolean broadcastable to
@@ -99,13 +100,14 @@ def dense_kl(
     ``square_sums [..., H, Q]`` (Lognormal). ``prior_over_all_keys``: the prior is normalised over
     every key, hidden ones included (BAM's ``prior_scope="all"``); the sums still run over visible keys.
     ``projections [..., H, Q, m]``: ``scale q_i . sum_j w_rj k_j`` for the weights of
-    :func:`projection_weights` (no causal mask), computed here when not given.
+    :func:`projection_weights` (no causal mask), computed here when not given. ``sums_dtype``: the per-row sums'
+    dtype (float64 by default: the Lognormal expansion cancels; the GPU path's fixed-prior Weibull takes float32).
     """
     if not supports(kernel, causal):
         raise ValueError("this KL has no closed form under a causal mask; use the materialised path")
     if projections is not None and causal:
         raise ValueError("projections cover all visible keys; under a causal mask dense_kl computes prefix sums")
-    f64 = torch.float64
+    f64 = sums_dtype
     visible = _visible(k, key_mask)
     rows = _row_select(causal, q.shape[-2], k.shape[-2], k.device)
     n = _key_sums(visible.to(f64).unsqueeze(-1), rows).squeeze(-1)  # [..., H, Q or 1]

@@ -633,7 +633,7 @@ def _operator_attention(norm: BAM, q: Tensor, k: Tensor, v: Tensor, mask: Option
         rows = q.shape[0] * H * n_q
         lse = stats[rows:2 * rows].view(q.shape[:-1])
         add_aux_loss("bam_kl", dense_kl(kernel, q.float(), k.float(), lse, scale=scale, causal=True,
-                                        key_mask=None if mask is None else mask.squeeze(-2)).float())
+                                        key_mask=None if mask is None else mask.squeeze(-2), sums_dtype=torch.float32))
     return out.view(lead + out.shape[-3:]) if flat else out
 
 
