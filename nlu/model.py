@@ -37,11 +37,12 @@ def load_tokenizer(model_dir: Path):
     return AutoTokenizer.from_pretrained(model_dir)
 
 
-def load_classifier(model_dir: Path, task: TaskSpec, attention: Optional[Mapping]) -> Tuple[nn.Module, List[str]]:
+def load_classifier(model_dir: Path, task: TaskSpec, attention: Optional[Mapping], dropout: Optional[float] = None
+                    ) -> Tuple[nn.Module, List[str]]:
     """``(model, newly initialised keys)``: the checkpoint at ``model_dir`` with a fresh head of
     ``task.num_labels`` outputs, every supported attention module swapped to ``attention`` (a mapping of
     :class:`~common.attention.blocks.AttendConfig` fields, e.g. ``{"normalizer": "bam-wc"}``; ``None``
-    leaves the model's own attention)."""
+    leaves the model's own attention) with attention dropout ``dropout`` (``None``: the checkpoint's)."""
     from transformers import AutoModelForSequenceClassification
     from transformers.utils import logging
 
@@ -56,7 +57,7 @@ def load_classifier(model_dir: Path, task: TaskSpec, attention: Optional[Mapping
         if bars:
             logging.enable_progress_bar()
     if attention is not None:
-        swap_attention(model, dict(attention))
+        swap_attention(model, dict(attention), dropout=dropout)
     return model, sorted({*info["missing_keys"], *(key for key, *_ in info["mismatched_keys"])})
 
 

@@ -1,7 +1,8 @@
 """Fine-tune a pretrained encoder on a GLUE task over several seeds, with any attention of the suite.
 
     python -m nlu.train --task MRPC --attention bam-wc --seeds 10          # MiniLM-L6 (fetched on first use)
-    python -m nlu.train --task RTE --preset official --seeds 10            # BAM-WC as the authors' ALBERT code
+    python -m nlu.train --task RTE --preset official --seeds 10            # BAM as the authors ran it (bam-wf)
+    python -m nlu.train --task RTE --preset official --attention softmax   # ... and its softmax arm
     python -m nlu.train --task CoLA --model /path/to/albert-base-v2        # any local Hugging Face checkpoint
 
 The command line and the config are checked first; torch and transformers are imported only then
@@ -31,7 +32,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("--attention", help="normalizer in every self-attention (default softmax): bam-wc, bam-lc, "
                                             "entmax, ...")
     parser.add_argument("--preset", choices=PRESETS,
-                        help="official: BAM-WC with k=10 and the KL without its gradient, as the authors' ALBERT code")
+                        help="standard (default): the BERT / run_glue recipe; official: the BAM authors' setup "
+                             "(per-task steps, lr, batch; Weibull k=10 with a constant Gamma(1e-4, 1e-4) prior, the "
+                             "KL at weight 1 without its gradient, no attention dropout on BAM; --attention softmax "
+                             "for its softmax arm)")
     parser.add_argument("--seeds", type=int, help="number of seeds (default 1)")
     parser.add_argument("--precision", choices=("fp32", "bf16", "fp16"), help="autocast precision (default fp32)")
     return parser.parse_intermixed_args(argv)

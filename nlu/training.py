@@ -3,20 +3,23 @@ parses the command line and checks the config before torch and transformers are 
 
 Recipe (BERT's, as ``transformers``' ``run_glue`` has it): the checkpoint's tokenizer, examples cut to
 ``data.max_length`` tokens and padded per batch; AdamW (no weight decay on biases and LayerNorm weights),
-the learning rate warmed up linearly over ``optim.warmup_ratio`` of the updates and then decayed
-linearly to 0, gradients clipped to ``optim.max_grad_norm``; ``train.epochs`` epochs. The loss is the
+the learning rate warmed up linearly over ``optim.warmup_ratio`` of the updates (or ``optim.warmup_updates``)
+and then decayed linearly to 0, gradients clipped to ``optim.max_grad_norm``; ``train.epochs`` epochs, or
+``train.max_updates`` updates; an update sums the gradients of ``train.accumulation`` batches (each loss
+divided by their number). The loss is the
 cross-entropy (STS-B: squared error) plus ``kl.weight * f(update) * KL`` for BAM normalizers, the KL
 summed over the layers; with ``kl.detach`` the KL carries no gradient (the authors' ALBERT code). The
-dev set is scored after every epoch; the reported scores are those of the last epoch (no selection on
-dev). Stochastic normalizers are evaluated with their mean weights, or by averaging ``train.mc_samples``
+dev set is scored after every epoch and after the last update; the reported scores are the last ones (no
+selection on dev). Stochastic normalizers are evaluated with their mean weights, or by averaging ``train.mc_samples``
 sampled passes.
 
 Files under ``<out_dir>``: ``config.json``; ``seed<k>/`` with ``metrics.jsonl`` (+ TensorBoard events:
 ``step`` = update, ``train/loss``, ``train/kl``, ``dev/<metric>``) and ``checkpoints/step_<update>.pt``
 (the newest resumable state: every ``train.checkpoint_every`` updates, at each epoch's end and on
 Ctrl-C); ``seed<k>.json`` once a seed is done; ``results.json`` (per seed and mean +- std (ddof=1) of
-every dev metric, in percent, with the config and versions). Re-running the same command reuses
-finished seeds and resumes an unfinished one at its last checkpoint (same batches, same RNG state).
+every dev metric, in percent, with the config, versions and the keys where the run differs from its preset).
+Re-running the same command reuses finished seeds and resumes an unfinished one at its last checkpoint (same
+batches, same RNG state).
 """
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ import time
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import numpy as np
 import torch
@@ -40,6 +43,7 @@ from common.utils.runs import finished_seed, mean_std, open_run_dir
 from common.utils.runtime import DeviceError, Runtime
 from common.utils.updates import check_updates
 
+from .config import deviations
 from .data import GlueFormatError, read_split
 from .metrics import compute_metrics
 from .model import Encoded, collate, encode, load_classifier, load_tokenizer, task_loss
@@ -53,10 +57,15 @@ RESUMABLE_KEYS = ("device", "out_dir", "data_root", "seeds", "train.num_threads"
                   "train.eval_batch_size")
 
 
+def named_preset(cfg: DictConfig) -> bool:
+    """Whether the run's preset is not the default (``standard``): its name then marks the run's directory."""
+    return cfg.preset not in (None, "standard")
+
+
 def default_out_dir(cfg: DictConfig) -> Path:
     if cfg.out_dir:
         return Path(cfg.out_dir)
-    name = cfg.attention.name + (f"-{cfg.preset}" if cfg.preset else "")
+    name = cfg.attention.name + (f"-{cfg.preset}" if named_preset(cfg) else "")
     return Path("runs") / "glue" / cfg.task / name
 
 
@@ -113,6 +122,14 @@ def _parameter_groups(model, weight_decay: float) -> List[dict]:
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
+def attention_dropout(options: DictConfig) -> Optional[float]:
+    """The attention dropout of ``attention`` options: ``noise_dropout`` for a stochastic normalizer when set, else
+    ``dropout`` (``None``: the checkpoint's own)."""
+    if options.noise_dropout is not None and attention.is_stochastic(options.name):
+        return options.noise_dropout
+    return options.dropout
+
+
 class SeedRun:
     """One seed: model, optimiser, schedule and the resumable training state under ``<out_dir>/seed<k>``."""
 
@@ -121,18 +138,20 @@ class SeedRun:
         self.dir = out_dir / f"seed{seed}"
         seed_everything(seed)
         options = {"normalizer": cfg.attention.name, "normalizer_options": dict(cfg.attention.options)}
-        model, missing = load_classifier(model_dir, data.spec, options)
+        model, missing = load_classifier(model_dir, data.spec, options, attention_dropout(cfg.attention))
         added = [name for name, _ in model.named_parameters() if ".attend." in name]  # the normalizer's own
         self.new_keys = missing + added
         self.model = model.to(runtime.device)
         self.optimizer = torch.optim.AdamW(_parameter_groups(self.model, cfg.optim.weight_decay), lr=cfg.optim.lr)
         check_updates(len(data.train), f"{data.spec.name} has no training example", "check the train split")
-        self.per_epoch = math.ceil(len(data.train) / cfg.train.batch_size)
-        self.total = self.per_epoch * cfg.train.epochs
+        self.per_epoch = math.ceil(len(data.train) / (cfg.train.batch_size * cfg.train.accumulation))
+        self.total = cfg.train.max_updates or self.per_epoch * cfg.train.epochs
+        self.epochs = math.ceil(self.total / self.per_epoch)
+        warmup = cfg.optim.warmup_updates
         from transformers import get_linear_schedule_with_warmup
 
-        self.scheduler = get_linear_schedule_with_warmup(self.optimizer, math.ceil(cfg.optim.warmup_ratio * self.total),
-                                                         self.total)
+        self.scheduler = get_linear_schedule_with_warmup(
+            self.optimizer, math.ceil(cfg.optim.warmup_ratio * self.total) if warmup is None else warmup, self.total)
         self.kl = attention.KLSchedule.from_config(cfg.kl)
         self.state = {"epoch": 0, "batch": 0, "step": 0, "loss": float("nan"), "kl": 0.0, "curve": [],
                       "train_seconds": 0.0}
@@ -142,44 +161,56 @@ class SeedRun:
             self.state = saved["extra"]
             console.say(f"seed {seed}: resuming from update {self.state['step']} (epoch {self.state['epoch'] + 1})")
 
-    def order(self, epoch: int) -> List[List[int]]:
-        """The batches of ``epoch``: a function of the seed and the epoch only, so a resumed epoch replays them."""
+    def order(self, epoch: int) -> List[List[List[int]]]:
+        """The updates of ``epoch``, each ``train.accumulation`` batches: a function of the seed and the epoch only,
+        so a resumed epoch replays them."""
         generator = torch.Generator().manual_seed(self.seed * 100_003 + epoch)
-        size = self.cfg.train.batch_size
+        size, accumulation = self.cfg.train.batch_size, self.cfg.train.accumulation
         if self.cfg.train.bucket:
-            return bucketed_order(self.data.train.lengths, size, generator)
-        perm = torch.randperm(len(self.data.train), generator=generator).tolist()
-        return [perm[i:i + size] for i in range(0, len(perm), size)]
+            batches = bucketed_order(self.data.train.lengths, size, generator)
+        else:
+            perm = torch.randperm(len(self.data.train), generator=generator).tolist()
+            batches = [perm[i:i + size] for i in range(0, len(perm), size)]
+        return [batches[i:i + accumulation] for i in range(0, len(batches), accumulation)]
 
     def save(self) -> Path:
         return self.checkpointer.save(self.state["step"], self.model, self.optimizer, self.scheduler, extra=self.state)
 
-    def train_step(self, indices: List[int]) -> tuple:
+    def train_step(self, update: List[List[int]]) -> tuple:
+        """One update over the batches of ``update``; their mean loss and KL."""
         self.model.train()
         data = self.data
-        batch = self.runtime.to_device(collate(data.tokenizer, data.train, indices, data.spec.regression))
-        labels = batch.pop("labels")
         kl_weight = self.kl(self.state["step"])
-        with self.runtime.autocast(), attention.aux_losses() as aux:
-            loss = task_loss(self.model(**batch).logits, labels, self.data.spec.regression)
-            kl = aux.total().to(loss.device)
-            if kl_weight > 0 and len(aux):
-                loss = loss + kl_weight * (kl.detach() if self.cfg.kl.detach else kl)
         self.optimizer.zero_grad(set_to_none=True)
+        losses, kls = [], []
+        for indices in update:
+            batch = self.runtime.to_device(collate(data.tokenizer, data.train, indices, data.spec.regression))
+            labels = batch.pop("labels")
+            with self.runtime.autocast(), attention.aux_losses() as aux:
+                loss = task_loss(self.model(**batch).logits, labels, self.data.spec.regression)
+                kl = aux.total().to(loss.device)
+                if kl_weight > 0 and len(aux):
+                    loss = loss + kl_weight * (kl.detach() if self.cfg.kl.detach else kl)
+            self.runtime.backward(loss / len(update))
+            losses.append(loss.detach())
+            kls.append(kl.detach())
         clip = lambda: torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.optim.max_grad_norm)  # noqa
-        self.runtime.backward_step(loss, self.optimizer, clip)
+        self.runtime.step(self.optimizer, clip)
         self.scheduler.step()
-        return float(loss.detach()), float(kl.detach())
+        return float(torch.stack(losses).mean()), float(torch.stack(kls).mean())
 
     def run(self, bar, logger: MetricsLogger) -> None:
-        """Train every epoch; Ctrl-C checkpoints the current update and re-raises."""
+        """Train every epoch (the last one up to ``self.total`` updates); Ctrl-C checkpoints the current update
+        and re-raises. ``state["batch"]`` is the position in the epoch: the updates done in it."""
         cfg, s = self.cfg, self.state
         tick = time.perf_counter()
         try:
-            while s["epoch"] < cfg.train.epochs:
-                for indices in self.order(s["epoch"])[s["batch"]:]:
+            while s["epoch"] < self.epochs:
+                for update in self.order(s["epoch"])[s["batch"]:]:
+                    if s["step"] == self.total:
+                        break
                     with console.finish_first(f"update {s['step'] + 1}"):
-                        s["loss"], s["kl"] = self.train_step(indices)
+                        s["loss"], s["kl"] = self.train_step(update)
                         s["batch"] += 1
                         s["step"] += 1
                         if s["step"] % cfg.train.checkpoint_every == 0:
@@ -225,10 +256,14 @@ def run(cfg: DictConfig, progress: bool = True) -> dict:
     model_dir = resolve_model(str(cfg.model))
     data = GlueData.load(cfg, model_dir)
     out_dir = open_run_dir(default_out_dir(cfg), to_dict(cfg), RESUMABLE_KEYS)
-    label = cfg.attention.name + (f" ({cfg.preset})" if cfg.preset else "")
+    label = cfg.attention.name + (f" ({cfg.preset})" if named_preset(cfg) else "")
     seeds = list(range(cfg.first_seed, cfg.first_seed + cfg.seeds))
     console.say(f"{data.spec.name} {label}: {len(data.train)} training and {len(data.dev)} dev examples, "
                 f"{model_dir.name}, on {runtime.device}")
+    differs = deviations(cfg)
+    if differs:
+        console.say(f"differs from --preset {cfg.preset} in " + ", ".join(
+            f"{key}={value['run']} (preset: {value['preset']})" for key, value in differs.items()))
     per_seed = []
     for seed in seeds:
         record = finished_seed(out_dir, seed)
@@ -249,7 +284,8 @@ def run(cfg: DictConfig, progress: bool = True) -> dict:
     if "dev_mc" in per_seed[0]:
         summary["dev_mc"] = {m: mean_std([r["dev_mc"][m] for r in per_seed]) for m in per_seed[0]["dev_mc"]}
     record = results_record(to_dict(cfg), task=data.spec.name, model=str(model_dir), normalizer=cfg.attention.name,
-                            preset=cfg.preset, label=label, main_metric=data.spec.main_metric, seeds=seeds,
+                            preset=cfg.preset, preset_deviations=differs, label=label,
+                            main_metric=data.spec.main_metric, seeds=seeds,
                             examples={"train": len(data.train), "dev": len(data.dev)}, runtime=runtime.describe(),
                             **summary, train_seconds={"per_seed": [r["train_seconds"] for r in per_seed],
                                                       "total": sum(r["train_seconds"] for r in per_seed)},

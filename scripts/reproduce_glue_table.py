@@ -1,19 +1,25 @@
-"""Reproduce the BAM paper's GLUE experiment (Table 5: ALBERT-base +- BAM-WC on MRPC, CoLA, RTE, STS-B) with a
+"""Reproduce the BAM paper's GLUE experiment (Table 5: ALBERT-base +- BAM on MRPC, CoLA, RTE, STS-B) with a
 pretrained encoder that can be had here (default: MiniLM-L6), seeds paired, then write the table.
 
-    python scripts/reproduce_glue_table.py --tasks MRPC RTE --seeds 10 --jobs 2        # softmax, bam-wc, official
-    python scripts/reproduce_glue_table.py --tasks CoLA STS-B --rows softmax bam-wc --seeds 5 --jobs 2
-    python scripts/reproduce_glue_table.py --table-only                                 # the table from the runs so far
+    python scripts/reproduce_glue_table.py --tasks MRPC RTE --seeds 10 --jobs 2         # the authors' setup, 2 arms
+    python scripts/reproduce_glue_table.py --tasks CoLA STS-B --seeds 5 --jobs 2
+    python scripts/reproduce_glue_table.py --tasks MRPC --rows standard-softmax standard-bam-wc \
+        standard-bam-wc-kl0.001 standard-bam-wc-kl0 --seeds 5 --jobs 2                   # the KL-weight sweep
+    python scripts/reproduce_glue_table.py --table-only                                  # the table from the runs so far
 
 Each cell is one seed of one row on one task, a ``python -m nlu.train`` run (``--threads 1``; ``--jobs`` at a
 time) into ``<out>/<task>/<row>/seed<k>``; finished cells are skipped, so an interrupted grid resumes. Cells run
-seed by seed, so that every row has the same seeds whenever the grid stops. Rows: ``softmax`` (the pretrained
-attention), ``bam-wc`` (k = 10, contextual prior, KL weight 0.01 with its gradient) and ``official`` (BAM-WC with
-the KL detached, as the authors' ALBERT code; ``nlu/configs/official.yaml``).
+seed by seed, so that every row has the same seeds whenever the grid stops. Rows (:data:`ROWS`): the ``official``
+preset's two arms (``nlu/configs/official.yaml``: the authors' steps, learning rate and batch per task; BAM with
+k = 10 and the constant Gamma(1e-4, 1e-4) prior, the KL detached, no attention dropout on BAM, the checkpoint's on
+softmax), and the ``standard`` recipe's softmax and BAM-WC (contextual prior, KL with its gradient) at three KL
+weights.
 
-Written to ``<out>``: ``table.md`` and ``table.json``: per task and row the dev metrics' mean +- std (ddof=1)
-and n; per BAM row the paired difference to ``softmax`` over the seeds both have, with its 95% t-interval and
-minimal detectable difference; beside them the paper's ALBERT-base numbers (a different encoder).
+Written to ``<out>``: ``table.md`` and ``table.json``: per task and row the dev metrics' mean +- std (ddof=1) and
+n; per BAM row the paired difference to its softmax arm over the seeds both have, with its 95% t-interval, minimal
+detectable difference and verdict; per BAM row over the tasks, how many show a gain or a loss, a sign test and a
+random-effects mean of the main metrics' differences; beside them the paper's ALBERT-base numbers (another encoder).
+The commit of every run is in its ``results.json``; the table lists the commits it was built from.
 """
 from __future__ import annotations
 
@@ -22,7 +28,7 @@ import json
 import sys
 from collections import defaultdict
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, NamedTuple, Optional
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -31,9 +37,25 @@ from common.utils.grid import Cell, run_cells  # noqa: E402
 from common.utils.runs import mean_std  # noqa: E402
 from nlu.tasks import TASKS, get_task  # noqa: E402
 
-#: The rows and the options each trains with.
-ROWS = {"softmax": [], "bam-wc": ["--attention", "bam-wc", "attention.options.k=10", "kl.weight=0.01"],
-        "official": ["--preset", "official"]}
+
+class Row(NamedTuple):
+    """A row of the table: the ``nlu.train`` options it trains with and the row it is paired with (its softmax arm)."""
+
+    options: List[str]
+    baseline: Optional[str] = None
+
+
+_STANDARD_BAM = ["--attention", "bam-wc", "attention.options.k=10"]
+#: The rows, each with its options and its softmax arm.
+ROWS: Dict[str, Row] = {
+    "official-softmax": Row(["--preset", "official", "--attention", "softmax"]),
+    "official-bam": Row(["--preset", "official"], "official-softmax"),
+    "standard-softmax": Row([]),
+    "standard-bam-wc": Row([*_STANDARD_BAM, "kl.weight=0.01"], "standard-softmax"),
+    "standard-bam-wc-kl0.001": Row([*_STANDARD_BAM, "kl.weight=0.001"], "standard-softmax"),
+    "standard-bam-wc-kl0": Row([*_STANDARD_BAM, "kl.weight=0"], "standard-softmax"),
+}
+DEFAULT_ROWS = ["official-softmax", "official-bam"]
 #: BAM paper, Table 5 (ALBERT-base, GLUE dev; the paper gives one number per cell, no seeds or spread).
 PAPER = {"MRPC": (86.5, 88.5), "CoLA": (54.5, 55.8), "RTE": (75.8, 76.2), "STS-B": (90.3, 91.1)}
 
@@ -42,7 +64,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tasks", nargs="+", default=["MRPC", "RTE"], help=f"of {', '.join(TASKS)}")
-    parser.add_argument("--rows", nargs="+", default=list(ROWS), choices=list(ROWS))
+    parser.add_argument("--rows", nargs="+", default=DEFAULT_ROWS, choices=list(ROWS),
+                        help=f"default: {' '.join(DEFAULT_ROWS)}")
     parser.add_argument("--seeds", type=int, default=10, help="seeds per cell (default 10)")
     parser.add_argument("--jobs", type=int, default=1, help="runs at a time, each on one thread (default 1)")
     parser.add_argument("--model", help="minilm-l6 (default) or a local Hugging Face checkpoint directory")
@@ -70,7 +93,7 @@ def grid(args) -> List[Cell]:
                 if (out / "results.json").exists():
                     continue
                 cmd = [sys.executable, "-m", "nlu.train", "--task", task, "--threads", "1", "--no-progress",
-                       "--out", str(out), f"first_seed={seed}", "seeds=1", *ROWS[row], *args.overrides]
+                       "--out", str(out), f"first_seed={seed}", "seeds=1", *ROWS[row].options, *args.overrides]
                 cmd += ["--model", args.model] if args.model else []
                 cmd += ["--data-root", args.data_root] if args.data_root else []
                 cells.append(Cell(f"{task} {row} seed {seed}", cmd, out))
@@ -83,51 +106,96 @@ def load_results(out: Path) -> Dict[str, Dict[str, Dict[int, dict]]]:
     for path in sorted(out.glob("*/*/seed*/results.json")):
         record = json.loads(path.read_text(encoding="utf-8"))
         for seed_record in record["per_seed"]:
-            found[record["task"]][path.parent.parent.name][seed_record["seed"]] = {**seed_record,
-                                                                                  "model": record["model"]}
+            found[record["task"]][path.parent.parent.name][seed_record["seed"]] = {
+                **seed_record, "model": record["model"], "commit": record.get("environment", {}).get("git_commit")}
     return found
 
 
+def verdict(paired: dict) -> str:
+    """A paired difference's verdict from its interval: ``gain``, ``loss`` or ``none detected``."""
+    return "gain" if paired["low"] > 0 else "loss" if paired["high"] < 0 else "none detected"
+
+
 def build_table(found) -> dict:
-    """Per task and row: each metric's statistics; for BAM rows the paired difference to softmax."""
+    """Per task and row: each metric's statistics; for BAM rows the paired difference to their softmax arm and
+    its verdict. Under ``across_tasks``, per BAM row: the main metrics' verdicts over the tasks, a sign test and a
+    random-effects mean of the differences."""
     from common.metrics.paired import paired_t
 
-    table = {}
+    table = {"tasks": {}}
     for task, rows in found.items():
         spec = get_task(task)
-        table[task] = {"main_metric": spec.main_metric, "paper_albert": PAPER.get(task), "rows": {}}
+        entries = table["tasks"][task] = {"main_metric": spec.main_metric, "paper_albert": PAPER.get(task),
+                                          "rows": {}}
         for row, seeds in sorted(rows.items(), key=lambda item: list(ROWS).index(item[0])):
             entry = {m: mean_std([seeds[s]["dev"][m] for s in sorted(seeds)]) for m in spec.metrics}
             entry["seeds"] = sorted(seeds)
             entry["encoders"] = sorted({Path(r["model"]).name for r in seeds.values()})
+            entry["commits"] = sorted({r["commit"] or "unknown" for r in seeds.values()})
             entry["train_seconds_mean"] = mean_std([r["train_seconds"] for r in seeds.values()])["mean"]
-            base = rows.get("softmax", {})
+            entry["dev"] = {s: seeds[s]["dev"] for s in sorted(seeds)}
+            baseline = ROWS[row].baseline
+            base = rows.get(baseline, {}) if baseline else {}
             shared = sorted(set(seeds) & set(base))
-            if row != "softmax" and len(shared) >= 2:
-                entry["paired_vs_softmax"] = {
+            if len(shared) >= 2:
+                entry["paired"] = {"baseline": baseline, "seeds": shared, **{
                     m: paired_t([base[s]["dev"][m] for s in shared], [seeds[s]["dev"][m] for s in shared]).as_dict()
-                    for m in spec.metrics}
-            table[task]["rows"][row] = entry
+                    for m in spec.metrics}}
+                entry["verdict"] = verdict(entry["paired"][spec.main_metric])
+            entries["rows"][row] = entry
+    table["across_tasks"] = across_tasks(table["tasks"])
     return table
 
 
+def across_tasks(tasks: dict) -> dict:
+    """Per BAM row run on two or more tasks: the verdicts of the tasks' main metrics, a two-sided sign test of their
+    mean differences and a DerSimonian-Laird random-effects mean of them (points of each task's main metric)."""
+    from scipy import stats
+
+    from common.metrics.paired import random_effects_mean
+
+    summary = {}
+    for row, spec in ROWS.items():
+        paired = {task: t["rows"][row] for task, t in tasks.items() if "paired" in t["rows"].get(row, {})}
+        if spec.baseline is None or len(paired) < 2:
+            continue
+        diffs = {task: e["paired"][tasks[task]["main_metric"]] for task, e in paired.items()}
+        gains = sum(d["mean"] > 0 for d in diffs.values())
+        summary[row] = {
+            "tasks": sorted(diffs), "verdicts": {task: e["verdict"] for task, e in paired.items()},
+            "higher_mean": gains, "sign_test_p": float(stats.binomtest(gains, len(diffs)).pvalue),
+            "random_effects": random_effects_mean([d["mean"] for d in diffs.values()],
+                                                  [d["sd"] / d["n"] ** 0.5 for d in diffs.values()])}
+    return summary
+
+
 def markdown(table: dict) -> str:
-    lines = ["| task | row | " + "dev metrics, mean +- std (n) | BAM - softmax, 95% CI (MDD) | paper, ALBERT-base |",
-             "|---|---|---|---|---|"]
-    for task, t in table.items():
+    lines = ["| task | row | dev metrics, mean +- std (n) | BAM - softmax arm, 95% CI (MDD, n) | verdict | "
+             "paper, ALBERT-base |", "|---|---|---|---|---|---|"]
+    for task, t in table["tasks"].items():
         for row, entry in t["rows"].items():
             metrics = ", ".join(f"{m} {entry[m]['mean']:.2f} +- {entry[m]['std']:.2f} (n={entry[m]['n']})"
                                 for m in get_task(task).metrics)
-            paired = entry.get("paired_vs_softmax", {})
-            diff = "; ".join(f"{m} {d['mean']:+.2f} [{d['low']:+.2f}, {d['high']:+.2f}] ({d['mdd']:.2f}, n={d['n']})"
-                             for m, d in paired.items()) or "-"
+            paired = entry.get("paired", {})
+            diff = "; ".join(f"{m} {paired[m]['mean']:+.2f} [{paired[m]['low']:+.2f}, {paired[m]['high']:+.2f}] "
+                             f"({paired[m]['mdd']:.2f}, n={paired[m]['n']})" for m in get_task(task).metrics
+                             if m in paired) or "-"
             paper = t["paper_albert"]
-            cited = "-" if paper is None else f"{paper[0] if row == 'softmax' else paper[1]:.1f}"
-            lines.append(f"| {task} | {row} ({', '.join(entry['encoders'])}) | {metrics} | {diff} | {cited} |")
-    lines += ["", "Dev set, last epoch of 3 (no selection on dev). Paired: the same seeds (data order and head "
-                  "initialisation) in both rows; MDD = the smallest true difference detected with power 0.8. The "
-                  "paper's column is ALBERT-base, one run per cell (its Table 5); ours is the encoder named in "
-                  "the row."]
+            cited = "-" if paper is None else f"{paper[0] if ROWS[row].baseline is None else paper[1]:.1f}"
+            lines.append(f"| {task} | {row} ({', '.join(entry['encoders'])}) | {metrics} | {diff} | "
+                         f"{entry.get('verdict', '-')} | {cited} |")
+    lines += ["", "Dev set at the last update (no selection on dev). Paired: the same seeds (data order and head "
+                  "initialisation) in both arms; MDD = the smallest true difference detected with power 0.8; the "
+                  "verdict is the main metric's interval (gain: above 0, loss: below 0). The paper's column is "
+                  "ALBERT-base, one run per cell (its Table 5); ours is the encoder named in the row."]
+    for row, summary in table["across_tasks"].items():
+        effects = summary["random_effects"]
+        lines += ["", f"{row} over {len(summary['tasks'])} tasks ({', '.join(summary['tasks'])}): "
+                      f"{summary['higher_mean']} with a higher mean than softmax "
+                      f"(sign test p = {summary['sign_test_p']:.2f}); verdicts "
+                      + ", ".join(f"{task} {v}" for task, v in summary["verdicts"].items())
+                      + f"; random-effects mean {effects['mean']:+.2f} [{effects['low']:+.2f}, {effects['high']:+.2f}]"
+                      f" points (tau {effects['tau']:.2f})."]
     return "\n".join(lines) + "\n"
 
 

@@ -51,6 +51,12 @@ def _factory(name: str) -> Callable:
     return entry
 
 
+def is_stochastic(name: str) -> bool:
+    """Whether the normalizer registered as ``name`` samples its weights in training (BAM)."""
+    factory = _factory(name)
+    return bool(getattr(getattr(factory, "func", factory), "stochastic", False))
+
+
 def build(name: str, **options):
     """Build the normalizer registered as ``name`` (e.g. ``build("bam-wc", key_dim=64)``)."""
     try:

@@ -19,7 +19,7 @@ import numpy as np
 from scipy import optimize, stats
 
 __all__ = ["PairedDifference", "BootstrapDifference", "paired_t", "minimal_detectable_difference",
-           "paired_bootstrap", "bleu_item_stats", "cider_item_scores"]
+           "paired_bootstrap", "random_effects_mean", "bleu_item_stats", "cider_item_scores"]
 
 
 class _Record:
@@ -141,3 +141,23 @@ def cider_item_scores(references: Mapping[int, Sequence[str]], predictions: Mapp
     ids = sorted(references)
     _, scores = Cider().compute_score({k: list(references[k]) for k in ids}, {k: list(predictions[k]) for k in ids})
     return np.asarray(scores, dtype=float)
+
+
+def random_effects_mean(means: Sequence[float], standard_errors: Sequence[float], confidence: float = 0.95
+                        ) -> Dict[str, float]:
+    """DerSimonian-Laird random-effects mean of per-study effects ``means`` with ``standard_errors``: the pooled
+    ``mean``, its normal ``confidence`` interval ``[low, high]``, the between-study sd ``tau`` and ``k`` studies
+    (DerSimonian & Laird, 1986: ``tau^2 = max(0, (Q - (k - 1)) / (S1 - S2 / S1))`` with ``S_r = sum w_i^r``)."""
+    y, se = np.asarray(means, dtype=float), np.asarray(standard_errors, dtype=float)
+    if y.shape != se.shape or y.size < 2 or (se <= 0).any():
+        raise ValueError(f"a random-effects mean needs two or more effects with positive standard errors, got "
+                         f"{y.size} effects and standard errors {se.tolist()}")
+    w = 1 / se ** 2
+    fixed = float((w * y).sum() / w.sum())
+    q = float((w * (y - fixed) ** 2).sum())
+    tau2 = max(0.0, (q - (y.size - 1)) / (w.sum() - (w ** 2).sum() / w.sum()))
+    w_star = 1 / (se ** 2 + tau2)
+    mean = float((w_star * y).sum() / w_star.sum())
+    half = float(stats.norm.ppf(0.5 + confidence / 2)) / math.sqrt(float(w_star.sum()))
+    return {"mean": mean, "low": mean - half, "high": mean + half, "tau": math.sqrt(tau2), "k": int(y.size),
+            "confidence": confidence}

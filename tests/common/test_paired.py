@@ -74,3 +74,21 @@ def test_cider_item_scores_average_to_the_corpus_cider():
     corpus, _ = Cider().compute_score(refs, hyps)
     assert scores.shape == (3,) and scores.mean() == pytest.approx(corpus)
     assert scores[1] < scores[0] and scores[1] < scores[2]
+
+
+def test_random_effects_mean_known_answers():
+    from common.metrics.paired import random_effects_mean
+
+    # two studies 2 apart with unit standard errors: Q = 2, tau^2 = (2 - 1) / (2 - 2 / 2) = 1, weights 1/2 each
+    spread = random_effects_mean([1.0, 3.0], [1.0, 1.0])
+    assert (spread["mean"], spread["tau"], spread["k"]) == (pytest.approx(2.0), pytest.approx(1.0), 2)
+    assert (spread["low"], spread["high"]) == (pytest.approx(2 - 1.959964, abs=1e-6), pytest.approx(2 + 1.959964,
+                                                                                                     abs=1e-6))
+    # Q = 0.125 < k - 1: tau = 0, the fixed-effect mean with standard error 1/sqrt(2)
+    close = random_effects_mean([1.0, 1.5], [1.0, 1.0])
+    assert (close["mean"], close["tau"]) == (pytest.approx(1.25), 0.0)
+    assert close["high"] - close["mean"] == pytest.approx(1.959964 / 2 ** 0.5, abs=1e-6)
+    with pytest.raises(ValueError, match="two or more effects with positive standard errors"):
+        random_effects_mean([1.0], [1.0])
+    with pytest.raises(ValueError, match="positive standard errors"):
+        random_effects_mean([1.0, 2.0], [1.0, 0.0])

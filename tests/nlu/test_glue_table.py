@@ -23,37 +23,76 @@ def _run(out: Path, task: str, row: str, seed: int, accuracy: float, f1: float) 
     directory.mkdir(parents=True)
     per_seed = {"seed": seed, "dev": {"accuracy": accuracy, "f1": f1}, "train_seconds": 10.0}
     (directory / "results.json").write_text(json.dumps({"task": task, "model": "/m/all-MiniLM-L6-v2",
+                                                        "environment": {"git_commit": "abc123"},
                                                         "per_seed": [per_seed]}))
 
 
 def test_cells_run_seed_by_seed_and_skip_finished_ones(table_script, tmp_path):
-    _run(tmp_path, "MRPC", "softmax", 0, 80.0, 85.0)
-    args = table_script.parse_args(["--tasks", "mrpc", "rte", "--rows", "softmax", "bam-wc", "--seeds", "2",
-                                    "--out", str(tmp_path), "optim.lr=3e-5"])
+    _run(tmp_path, "MRPC", "official-softmax", 0, 80.0, 85.0)
+    args = table_script.parse_args(["--tasks", "mrpc", "rte", "--seeds", "2", "--out", str(tmp_path),
+                                    "optim.lr=3e-5"])
     labels = [cell.label for cell in table_script.grid(args)]
-    assert labels == ["MRPC bam-wc seed 0", "RTE softmax seed 0", "RTE bam-wc seed 0", "MRPC softmax seed 1",
-                      "MRPC bam-wc seed 1", "RTE softmax seed 1", "RTE bam-wc seed 1"]
-    cell = table_script.grid(args)[0]
-    assert cell.out == tmp_path / "MRPC" / "bam-wc" / "seed0"
-    assert ["first_seed=0", "seeds=1", "--attention", "bam-wc"] == [a for a in cell.command if a in (
-        "first_seed=0", "seeds=1", "--attention", "bam-wc")] and cell.command[-1] == "optim.lr=3e-5"
+    assert labels == ["MRPC official-bam seed 0", "RTE official-softmax seed 0", "RTE official-bam seed 0",
+                      "MRPC official-softmax seed 1", "MRPC official-bam seed 1", "RTE official-softmax seed 1",
+                      "RTE official-bam seed 1"]
+    cells = table_script.grid(args)
+    assert cells[0].out == tmp_path / "MRPC" / "official-bam" / "seed0"
+    assert cells[0].command[-3:] == ["--preset", "official", "optim.lr=3e-5"]
+    assert ["first_seed=0", "seeds=1"] == [a for a in cells[0].command if a in ("first_seed=0", "seeds=1")]
+    assert cells[1].command[-5:] == ["--preset", "official", "--attention", "softmax", "optim.lr=3e-5"]
+
+
+def test_every_bam_row_is_paired_with_the_softmax_arm_of_its_recipe(table_script):
+    rows = table_script.ROWS
+    assert {name: row.baseline for name, row in rows.items() if row.baseline} == {
+        "official-bam": "official-softmax", "standard-bam-wc": "standard-softmax",
+        "standard-bam-wc-kl0.001": "standard-softmax", "standard-bam-wc-kl0": "standard-softmax"}
+    assert [rows[f"standard-bam-wc{kl}"].options[-1] for kl in ("", "-kl0.001", "-kl0")] == [
+        "kl.weight=0.01", "kl.weight=0.001", "kl.weight=0"]
 
 
 def test_table_pairs_the_seeds_both_rows_have(table_script, tmp_path):
     softmax = {0: (80.0, 85.0), 1: (82.0, 86.0), 2: (81.0, 85.5), 3: (79.0, 84.0)}
     bam = {0: (81.0, 85.5), 1: (84.0, 87.0), 2: (81.5, 86.0)}  # seed 3 unfinished: 3 pairs
     for seed, (acc, f1) in softmax.items():
-        _run(tmp_path, "MRPC", "softmax", seed, acc, f1)
+        _run(tmp_path, "MRPC", "official-softmax", seed, acc, f1)
     for seed, (acc, f1) in bam.items():
-        _run(tmp_path, "MRPC", "bam-wc", seed, acc, f1)
-    table = table_script.build_table(table_script.load_results(tmp_path))["MRPC"]
-    assert table["paper_albert"] == (86.5, 88.5) and table["main_metric"] == "accuracy"
-    assert table["rows"]["softmax"]["accuracy"]["n"] == 4 and table["rows"]["bam-wc"]["accuracy"]["n"] == 3
-    paired = table["rows"]["bam-wc"]["paired_vs_softmax"]["accuracy"]
+        _run(tmp_path, "MRPC", "official-bam", seed, acc, f1)
+    _run(tmp_path, "MRPC", "standard-bam-wc", 0, 70.0, 70.0)  # no standard softmax arm: not paired
+    table = table_script.build_table(table_script.load_results(tmp_path))
+    mrpc = table["tasks"]["MRPC"]
+    assert mrpc["paper_albert"] == (86.5, 88.5) and mrpc["main_metric"] == "accuracy"
+    rows = mrpc["rows"]
+    assert rows["official-softmax"]["accuracy"]["n"] == 4 and rows["official-bam"]["accuracy"]["n"] == 3
+    assert "paired" not in rows["standard-bam-wc"] and rows["official-bam"]["commits"] == ["abc123"]
+    paired = rows["official-bam"]["paired"]
     differences = [bam[s][0] - softmax[s][0] for s in (0, 1, 2)]
     low, high = stats.t.interval(0.95, 2, loc=sum(differences) / 3, scale=stats.sem(differences))
-    assert paired["n"] == 3 and paired["mean"] == pytest.approx(sum(differences) / 3)
-    assert (paired["low"], paired["high"]) == (pytest.approx(low), pytest.approx(high))
-    markdown = table_script.markdown({"MRPC": table})
-    assert markdown.index("| MRPC | softmax") < markdown.index("| MRPC | bam-wc")
+    assert paired["baseline"] == "official-softmax" and paired["seeds"] == [0, 1, 2]
+    assert paired["accuracy"]["n"] == 3 and paired["accuracy"]["mean"] == pytest.approx(sum(differences) / 3)
+    assert (paired["accuracy"]["low"], paired["accuracy"]["high"]) == (pytest.approx(low), pytest.approx(high))
+    assert rows["official-bam"]["verdict"] == ("gain" if low > 0 else "none detected")
+    markdown = table_script.markdown(table)
+    assert markdown.index("| MRPC | official-softmax") < markdown.index("| MRPC | official-bam")
     assert "(all-MiniLM-L6-v2)" in markdown and "accuracy +1.17 [" in markdown and "| 88.5 |" in markdown
+    assert table["across_tasks"] == {}  # one task: nothing to summarise over tasks
+
+
+@pytest.mark.parametrize("gain, verdicts", [(2.0, ("gain", "gain")), (-2.0, ("loss", "loss")),
+                                            (0.0, ("none detected", "none detected"))])
+def test_the_summary_over_tasks_counts_verdicts_and_pools_the_differences(table_script, tmp_path, gain, verdicts):
+    from common.metrics.paired import random_effects_mean
+
+    noise = (0.3, -0.2, 0.1, -0.4, 0.2)
+    for task in ("MRPC", "RTE"):
+        for seed, e in enumerate(noise):
+            _run(tmp_path, task, "official-softmax", seed, 80.0, 80.0)
+            _run(tmp_path, task, "official-bam", seed, 80.0 + gain + e * (1 if task == "MRPC" else 2), 80.0)
+    table = table_script.build_table(table_script.load_results(tmp_path))
+    summary = table["across_tasks"]["official-bam"]
+    assert summary["tasks"] == ["MRPC", "RTE"] and tuple(summary["verdicts"].values()) == verdicts
+    assert summary["higher_mean"] == (2 if gain > 0 else 0 if gain < 0 else summary["higher_mean"])
+    diffs = [table["tasks"][t]["rows"]["official-bam"]["paired"]["accuracy"] for t in ("MRPC", "RTE")]
+    expected = random_effects_mean([d["mean"] for d in diffs], [d["sd"] / d["n"] ** 0.5 for d in diffs])
+    assert summary["random_effects"] == pytest.approx(expected)
+    assert "official-bam over 2 tasks (MRPC, RTE)" in table_script.markdown(table)

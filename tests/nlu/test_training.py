@@ -1,7 +1,9 @@
 """``nlu.train`` / ``nlu.training.run`` end to end on a tiny random BERT saved locally (no network): it overfits
 16 real RTE pairs with softmax, BAM-WC and entmax; Ctrl-C and a rerun give the uninterrupted results; finished
-seeds are reused and a changed config is refused; the CLI's one-line errors; ``--preset official`` and what
-``kl.detach`` does to the prior network's gradient.
+seeds are reused and a changed config is refused; the CLI's one-line errors; ``--preset official`` (the
+authors' settings per task, its two arms, what a run changes recorded), gradient accumulation and a number of
+updates that ends an epoch part-way (resumed exactly too), and what ``kl.detach`` does to the prior network's
+gradient.
 
 The checkpoint (``save_pretrained``): a BertTokenizer over a whole-word vocabulary of the 16 pairs and a
 ``BertForSequenceClassification`` of 2 layers, width 32, 4 heads. The 16 pairs are the first of the real RTE
@@ -21,7 +23,9 @@ from common.utils.checkpoint import Checkpointer
 from common.utils.logger import read_metrics
 
 from nlu import train, training
-from nlu.config import load_config
+from common.utils.runtime import Runtime
+
+from nlu.config import deviations, load_config
 from nlu.data import read_split
 
 PAIRS = 16
@@ -193,6 +197,29 @@ def test_ctrl_c_and_a_rerun_give_the_uninterrupted_results(rte16, straight, tmp_
 
 
 @pytest.mark.realdata
+def test_ctrl_c_in_the_last_update_of_a_part_epoch_resumes_exactly(rte16, tmp_path, ctrl_c_on_call):
+    """Two batches of 4 per update, 3 updates: epoch 2 stops after its first update; a Ctrl-C during that last
+    update saves it, and the rerun scores dev there as the uninterrupted run does."""
+    model, data_root = rte16
+    accumulated = (*RESUME, "train.batch_size=4", "train.accumulation=2", "train.max_updates=3")
+    reference = run(settings(model, data_root, tmp_path / "straight", *accumulated))
+    out = tmp_path / "run"
+    restore = ctrl_c_on_call(training.SeedRun, "train_step", 3)
+    with pytest.raises(KeyboardInterrupt):
+        run(settings(model, data_root, out, *accumulated, "train.checkpoint_every=1000"))
+    restore()
+    saved = final_state(out)["extra"]
+    assert (saved["step"], saved["epoch"], saved["batch"], len(saved["curve"])) == (3, 1, 1, 1)
+    record = run(settings(model, data_root, out, *accumulated, "train.checkpoint_every=1000"))
+    (seed,) = record["per_seed"]
+    assert (seed["updates"], seed["updates_per_epoch"]) == (3, 2)
+    assert [(p["epoch"], p["step"]) for p in seed["curve"]] == [(1, 2), (2, 3)]
+    assert [without_time(r) for r in record["per_seed"]] == [without_time(r) for r in reference["per_seed"]]
+    for name, value in final_state(tmp_path / "straight")["model"].items():
+        assert torch.equal(final_state(out)["model"][name], value), name
+
+
+@pytest.mark.realdata
 def test_a_finished_seed_is_reused_and_resumable_keys_may_change(rte16, straight, tmp_path, monkeypatch):
     model, data_root = rte16
     reference_dir, reference = straight
@@ -274,38 +301,102 @@ def test_an_unknown_preset_exits_2(tmp_path, capsys):
     captured = capsys.readouterr()
     errors = [line for line in captured.err.splitlines() if "error" in line]
     assert errors == ["python -m nlu.train: error: argument --preset: invalid choice: 'nosuch' (choose from "
-                      "'official')"]
+                      "'standard', 'official')"]
     assert captured.err.splitlines()[-1] == errors[0] and captured.out == ""
 
 
 # ---------------------------------------------------------------------------------------- official preset ----
+#: The authors' settings (zhougroup/BAM run_glue_albert_mrpc.sh for MRPC; google-research/albert run_glue.sh for the
+#: others): learning rate, warm-up updates, updates, batch size x accumulation.
+AUTHORS = {"MRPC": (2e-5, 200, 800, 4, 2), "RTE": (3e-5, 200, 800, 32, 1), "CoLA": (1e-5, 320, 5336, 16, 1),
+           "STS-B": (2e-5, 214, 3598, 16, 1)}
+
+
+@pytest.mark.parametrize("task", sorted(AUTHORS))
+def test_the_official_preset_holds_the_authors_settings(task):
+    cfg = load_config([f"task={task}"], preset="official")
+    o, t = cfg.optim, cfg.train
+    assert (o.lr, o.warmup_updates, t.max_updates, t.batch_size, t.accumulation) == AUTHORS[task]
+    assert (o.weight_decay, cfg.data.max_length, cfg.kl.weight, cfg.kl.detach) == (0.0, 512, 1.0, True)
+    assert cfg.attention.name == "bam-wf"  # Weibull posterior, constant Gamma prior (--att_prior_type constant)
+    assert dict(cfg.attention.options) == {"k": 10, "prior_alpha": 1e-4, "beta": 1e-4}
+    assert training.attention_dropout(cfg.attention) == 0.0  # no attention dropout on the BAM path
+    softmax = load_config([f"task={task}", "attention.name=softmax"], preset="official")
+    assert dict(softmax.attention.options) == {} and training.attention_dropout(softmax.attention) is None
+    assert (softmax.optim.lr, softmax.train.max_updates) == (o.lr, t.max_updates)  # the same recipe, other arm
+    assert deviations(cfg) == deviations(softmax) == {}
+    standard = load_config([f"task={task}"])  # the default: today's recipe
+    assert (standard.preset, standard.optim.lr, standard.train.max_updates, standard.kl.detach) == (
+        "standard", 5e-5, None, False)
+
+
+def test_the_official_preset_refuses_a_task_without_the_authors_settings():
+    with pytest.raises(ValueError, match=r"--preset official has no settings for WNLI .*use --preset standard"):
+        load_config(["task=wnli"], preset="official")
+
+
 @pytest.mark.realdata
-def test_the_official_preset_is_recorded(rte16, tmp_path, capsys):
+def test_the_official_preset_is_recorded_with_what_the_run_changes(rte16, tmp_path, capsys):
     model, data_root = rte16
     out = tmp_path / "run"
     assert cli("--task", "RTE", "--preset", "official", "--model", str(model), "--data-root", str(data_root),
-               "--out", str(out), "train.epochs=1") == 0, capsys.readouterr().err
+               "--out", str(out), "train.max_updates=3", "train.batch_size=8", "kl.detach=false") == 0, \
+        capsys.readouterr().err
     saved = json.loads((out / "config.json").read_text())
-    assert saved["preset"] == "official" and saved["attention"] == {"name": "bam-wc", "options": {"k": 10}}
-    assert saved["kl"]["detach"] is True and saved["kl"]["weight"] == 0.01
+    assert saved["preset"] == "official" and saved["attention"]["name"] == "bam-wf"
     results = json.loads((out / "results.json").read_text())
-    assert results["preset"] == "official" and results["label"] == "bam-wc (official)"
+    assert results["preset"] == "official" and results["label"] == "bam-wf (official)"
+    assert results["preset_deviations"] == {"kl.detach": {"preset": True, "run": False},
+                                            "train.max_updates": {"preset": 800, "run": 3},
+                                            "train.batch_size": {"preset": 32, "run": 8}}
+    (seed,) = results["per_seed"]
+    assert seed["updates"] == 3 and [(p["epoch"], p["step"]) for p in seed["curve"]] == [(1, 2), (2, 3)]
+    assert "differs from --preset official in kl.detach=False (preset: True)" in capsys.readouterr().err
+
+
+@pytest.mark.realdata
+@pytest.mark.parametrize("normalizer, dropout", [("bam-wf", 0.0), ("softmax", 0.1)])
+def test_the_official_preset_drops_attention_weights_only_on_the_softmax_arm(rte16, tmp_path, normalizer, dropout):
+    from common.attention import Attend
+
+    model, data_root = rte16
+    cfg = load_config(settings(model, data_root, tmp_path / "run", f"attention.name={normalizer}"), preset="official")
+    seed_run = training.SeedRun(cfg, training.GlueData.load(cfg, model), model, 0, tmp_path / "run",
+                                Runtime.create("cpu", threads=torch.get_num_threads()))
+    attends = [m for m in seed_run.model.modules() if isinstance(m, Attend)]
+    assert len(attends) == 2 and {m.config.dropout for m in attends} == {dropout}
+
+
+@pytest.mark.realdata
+def test_an_update_of_two_batches_has_the_gradient_of_one_batch_of_both(rte16, tmp_path):
+    model, data_root = rte16
+    grads = []
+    for batch, update in ((8, [list(range(8))]), (4, [list(range(4)), list(range(4, 8))])):
+        cfg = load_config(settings(model, data_root, tmp_path / f"run{batch}", f"train.batch_size={batch}",
+                                   "attention.dropout=0"))
+        seed_run = training.SeedRun(cfg, training.GlueData.load(cfg, model), model, 0, tmp_path / f"run{batch}",
+                                    Runtime.create("cpu", threads=torch.get_num_threads()))
+        for module in seed_run.model.modules():
+            if isinstance(module, torch.nn.Dropout):
+                module.p = 0.0
+        seed_run.train_step(update)
+        grads.append({name: p.grad.clone() for name, p in seed_run.model.named_parameters()})
+    for name, grad in grads[0].items():
+        torch.testing.assert_close(grads[1][name], grad, rtol=1e-5, atol=1e-7, msg=name)
 
 
 @pytest.mark.realdata
 @pytest.mark.parametrize("detach", [True, False])
 def test_a_detached_kl_gives_the_prior_network_no_gradient(rte16, tmp_path, detach):
-    from common.utils.runtime import Runtime
-
     model, data_root = rte16
-    cfg = load_config(settings(model, data_root, tmp_path / "run", f"kl.detach={str(detach).lower()}"),
-                      preset="official")
+    cfg = load_config(settings(model, data_root, tmp_path / "run", "attention.name=bam-wc",
+                               f"kl.detach={str(detach).lower()}"))
     threads = torch.get_num_threads()
     try:
         runtime = Runtime.create("cpu", threads=1)
         data = training.GlueData.load(cfg, model)
         seed_run = training.SeedRun(cfg, data, model, 0, tmp_path / "run", runtime)
-        loss, kl = seed_run.train_step(list(range(8)))
+        loss, kl = seed_run.train_step([list(range(8))])
     finally:
         torch.set_num_threads(threads)
     assert kl > 0 and loss > 0
