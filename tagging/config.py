@@ -15,7 +15,9 @@ PAPER_TREEBANKS = ("UD_Afrikaans-AfriBooms", "UD_English-GUM", "UD_English-LinES
 VARIANT_NAMES = ("pe-add", "pe-con", "p", "r", "pr", "temp", "conv1d", "conv2d")
 
 RULES = {"variant": Rule(choices=VARIANT_NAMES), "data.max_len": at_least(1), "data.max_word_chars": at_least(1),
-         "data.vocab_fraction": Rule(low=0, high=1, low_open=True), "model.word_dim": at_least(1),
+         "data.vocab_fraction": Rule(low=0, high=1, low_open=True),
+         "data.vocab_splits": Rule(choices=("all", "train")),
+         "model.init": Rule(choices=("keras", "torch")), "model.word_dim": at_least(1),
          "model.char_dim": at_least(1), "model.char_layers": at_least(1), "model.char_kernel": at_least(1),
          "model.concat_position_dim": at_least(1), "model.layers": at_least(1), "model.heads": at_least(1),
          "model.dropout": DROPOUT, "train.batch_size": at_least(1), "train.max_epochs": at_least(1),

@@ -5,18 +5,21 @@ A treebank is a directory holding ``*-ud-train.conllu``, ``*-ud-dev.conllu`` and
 read with the ``conllu`` package; only syntactic words are tagged: multiword-token ranges
 (``1-2``) and empty nodes (``1.1``) are skipped, as the authors' loader does. Tags are UPOS.
 
-The vocabularies follow the authors' code (``pdufter/convatt``, ``data/univdep.py``), built on
-the training split only: the most frequent ``vocab_fraction`` of the training word types (the
-rest share ``<unk>``, so its embedding is trained) and every training character. Sentences
-longer than ``max_len`` are cut into chunks of ``max_len`` words; words keep their first
-``max_word_chars`` characters. Each word also carries the two flags of the paper's metrics: OOV
-(its form never occurs in the training data) and ambiguous (its form has more than one tag in
-the training data).
+The vocabularies follow the authors' code (``pdufter/convatt``, ``data/univdep.py``): the word index keeps
+the most frequent ``vocab_fraction`` of the word types (rounded down, the authors' ``n // 2``) counted over
+the splits of ``vocab_splits`` (the authors' ``build_voc_on_all``: all three; ``train``: the training split
+only), the rest share ``<unk>`` (so its embedding is trained); characters are those of the training split.
+Sentences longer than ``max_len`` are cut into chunks of ``max_len`` words; words keep their first
+``max_word_chars`` characters. Each word also carries two flags, from which :mod:`tagging.metrics` takes two
+definitions of each of the paper's word groups: OOV (ours: the form never occurs in the training data; the
+authors': the word is ``<unk>``, outside the word index) and ambiguous (the form has more than one tag in the
+training data; the authors' count only forms inside the word index).
 """
 from __future__ import annotations
 
 import gzip
 import io
+import math
 import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -174,15 +177,19 @@ class Vocabulary:
         self.tag_index = {t: i for i, t in enumerate(self.tags)}
 
     @classmethod
-    def build(cls, train: Sequence[Sentence], vocab_fraction: float = 0.5) -> "Vocabulary":
+    def build(cls, train: Sequence[Sentence], vocab_fraction: float = 0.5,
+              counted: Optional[Sequence[Sentence]] = None) -> "Vocabulary":
+        """The vocabularies of ``train``; the word index keeps the most frequent ``vocab_fraction`` of the word types
+        of ``counted`` (default ``train``; ties in order of first occurrence, as ``Counter.most_common``)."""
         counts = Counter(w for s in train for w in s.words)
-        keep = max(1, round(len(counts) * vocab_fraction))
+        indexed = counts if counted is None else Counter(w for s in counted for w in s.words)
+        keep = max(1, math.floor(len(indexed) * vocab_fraction))
         tags_of = defaultdict(set)
         for s in train:
             for w, t in zip(s.words, s.tags):
                 tags_of[w].add(t)
         chars = sorted({c for w in counts for c in w})
-        return cls(words=["<pad>", "<unk>"] + [w for w, _ in counts.most_common(keep)],
+        return cls(words=["<pad>", "<unk>"] + [w for w, _ in indexed.most_common(keep)],
                    chars=["<pad>", "<unk>"] + chars, train_forms=set(counts),
                    ambiguous_forms={w for w, tags in tags_of.items() if len(tags) > 1})
 
@@ -287,12 +294,20 @@ class Treebank:
                 for split, s in self.sentences.items()}
 
 
+#: Which splits the word index is counted over (``data.vocab_splits``).
+VOCAB_SPLITS = {"all": SPLITS, "train": ("train",)}
+
+
 def load_treebank(data_root: Path, treebank: str, max_len: int = 60, max_word_chars: int = 20,
-                  vocab_fraction: float = 0.5) -> Treebank:
-    """Read, index and chunk the three splits of ``treebank``."""
+                  vocab_fraction: float = 0.5, vocab_splits: str = "all") -> Treebank:
+    """Read, index and chunk the three splits of ``treebank``; the word index counts the ``vocab_splits``
+    (``all``, the authors' default, or ``train``)."""
+    if vocab_splits not in VOCAB_SPLITS:
+        raise ValueError(f"vocab_splits={vocab_splits!r}: use one of {', '.join(VOCAB_SPLITS)}")
     directory = treebank_dir(Path(data_root), treebank)
     files = split_files(directory)
     sentences = {split: read_conllu(path) for split, path in files.items()}
-    vocab = Vocabulary.build(sentences["train"], vocab_fraction)
+    counted = [s for split in VOCAB_SPLITS[vocab_splits] for s in sentences[split]]
+    vocab = Vocabulary.build(sentences["train"], vocab_fraction, counted)
     chunks = {split: encode(s, vocab, max_len, max_word_chars) for split, s in sentences.items()}
     return Treebank(directory.name, files, sentences, vocab, chunks)

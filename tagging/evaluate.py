@@ -61,6 +61,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from common.utils.cli import runtime_from
 
     from .data import Vocabulary, encode, read_conllu, split_files, treebank_dir
+    from .metrics import GROUPS
     from .training import RUN_ERRORS, build_model, evaluate
 
     try:
@@ -86,7 +87,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     summary = {metric: {"mean": float(np.nanmean([r[metric] for r in per_seed])),
                         "std": float(np.std([r[metric] for r in per_seed], ddof=1)) if len(per_seed) > 1 else 0.0}
-               for metric in ("all", "oov", "ambiguous")}
+               for metric in GROUPS}
     out = (run if run.is_dir() else run.parent) / f"evaluation-{directory.name}-{args.split}.json"
     atomic_write_json(out, results_record({"split": args.split, "mc_samples": args.mc_samples},
                                           treebank=directory.name, per_seed=per_seed, runtime=runtime.describe(),

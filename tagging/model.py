@@ -9,7 +9,8 @@ As in the authors' code (``pdufter/convatt``, ``models/seqlabel.py``):
 * ``layers`` x ``h <- Dropout(h); h <- h + MultiHead(h)``: self-attention heads without biases and
   without an output projection (the heads' outputs are concatenated), around each a
   residual connection;
-* ``softmax(W [x ; h])``: a residual connection from the input to the output layer.
+* ``softmax(W [x ; h])``: a residual connection from the input to the output layer;
+* ``init="keras"`` (:func:`keras_initialise`): the authors' Keras 2.2.4 initialisation.
 
 The attention of every layer is :class:`common.attention.blocks.MultiHeadAttention`: any
 normalizer of the registry, learnable temperature, convoluted attention, and (first layer only)
@@ -17,6 +18,7 @@ the direct position interactions ``A^p``, ``A^r``.
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Dict, Mapping, Optional
 
 import torch
@@ -41,10 +43,72 @@ VARIANTS: Dict[str, Dict[str, Any]] = {
 }
 
 
+#: ``keras``: the authors' initialisation (:func:`keras_initialise`); ``torch``: PyTorch's module defaults
+#: (``N(0, 1)`` embeddings, Kaiming-uniform layers) and zero position interactions.
+INITIALISATIONS = ("keras", "torch")
+
+
 def variant_label(variant: str, normalizer: str = "softmax") -> str:
     """``"SAN+PE[add]"``, or ``"SAN+PE[add] (bam-wc)"`` with another normalizer."""
     label = VARIANTS[variant]["label"]
     return label if normalizer == "softmax" else f"{label} ({normalizer})"
+
+
+#: Keras 2.2.4's truncated normal (cut at 2 standard deviations) has this standard deviation per unit scale;
+#: ``VarianceScaling`` divides by it so that the truncated draws have the intended variance.
+_TRUNCATED_STD = 0.87962566103423978
+#: Keras' ``Embedding`` default: ``RandomUniform(-0.05, 0.05)``.
+EMBEDDING_RANGE = 0.05
+
+
+def glorot_normal_keras_(tensor: Tensor, fan_in: float, fan_out: float) -> Tensor:
+    """Keras' ``glorot_normal``: a normal truncated at 2 sd with variance ``2 / (fan_in + fan_out)``."""
+    std = math.sqrt(2.0 / (fan_in + fan_out)) / _TRUNCATED_STD
+    return nn.init.trunc_normal_(tensor, 0.0, std, -2 * std, 2 * std)
+
+
+def glorot_uniform_keras_(tensor: Tensor, fan_in: float, fan_out: float) -> Tensor:
+    """Keras' ``glorot_uniform`` (the default of ``Dense`` and ``Conv1D``): ``U(+-sqrt(6 / (fan_in + fan_out)))``."""
+    limit = math.sqrt(6.0 / (fan_in + fan_out))
+    return nn.init.uniform_(tensor, -limit, limit)
+
+
+def keras_initialise(tagger: "Tagger") -> None:
+    """The authors' initialisation (Keras 2.2.4 defaults and ``models/selfattention.py``), in place:
+
+    * embeddings (words, positions, characters): ``U(-0.05, 0.05)``, the padding rows kept at zero;
+    * the character convolutions and the output layer: ``glorot_uniform`` (a convolution's fans count its
+      width), biases zero;
+    * each head's ``W_Q``, ``W_K``, ``W_V`` (``[width, head_dim]`` in Keras): ``glorot_normal``;
+    * ``A^p`` (``[t, t]`` per head): ``glorot_normal``; ``a^r`` (``2t`` per head): ``glorot_normal`` with
+      Keras' fans of a vector, ``sqrt(2t)`` each;
+    * the learnable temperatures stay at 1 and the convoluted attention's kernels at their own Glorot
+      initialisation (the authors' ``Conv1D`` / ``Conv2D`` defaults).
+    """
+    with torch.no_grad():
+        for embed in (tagger.word_embed, tagger.position_embed, tagger.chars.embed):
+            if embed is not None:
+                nn.init.uniform_(embed.weight, -EMBEDDING_RANGE, EMBEDDING_RANGE)
+                if embed.padding_idx is not None:
+                    embed.weight[embed.padding_idx].zero_()
+        for conv in tagger.chars.convs:
+            width = conv.kernel_size[0]
+            glorot_uniform_keras_(conv.weight, conv.in_channels * width, conv.out_channels * width)
+            nn.init.zeros_(conv.bias)
+        glorot_uniform_keras_(tagger.output.weight, tagger.output.in_features, tagger.output.out_features)
+        nn.init.zeros_(tagger.output.bias)
+        for layer in tagger.layers:
+            heads, head_dim = layer.num_heads, layer.head_dim
+            for proj in (layer.q_proj, layer.k_proj, layer.v_proj):
+                for block in proj.weight.view(heads, head_dim, proj.in_features):  # one head's [head_dim, width]
+                    glorot_normal_keras_(block, proj.in_features, head_dim)
+            attend = layer.attend
+            if attend.absolute is not None:
+                t = attend.absolute.max_len
+                glorot_normal_keras_(attend.absolute.table, t, t)
+            if attend.relative is not None:
+                fan = math.sqrt(2 * attend.relative.max_len)
+                glorot_normal_keras_(attend.relative.offsets, fan, fan)
 
 
 class CharCNN(nn.Module):
@@ -73,7 +137,7 @@ class Tagger(nn.Module):
     def __init__(self, num_words: int, num_chars: int, num_tags: int, variant: str = "pe-add", *,
                  word_dim: int = 128, char_dim: int = 64, char_layers: int = 3, char_kernel: int = 5,
                  concat_position_dim: int = 64, layers: int = 4, heads: int = 4, dropout: float = 0.1,
-                 max_len: int = 60, attention: Optional[Mapping[str, Any]] = None):
+                 max_len: int = 60, attention: Optional[Mapping[str, Any]] = None, init: str = "keras"):
         super().__init__()
         if variant not in VARIANTS:
             raise ValueError(f"unknown variant {variant!r}; choose one of {', '.join(VARIANTS)}")
@@ -97,6 +161,10 @@ class Tagger(nn.Module):
                                                   first_layer=i == 0))
         self.needs_query_mask = "convoluted" in spec.get("every_layer", {})
         self.output = nn.Linear(2 * width, num_tags)
+        if init not in INITIALISATIONS:
+            raise ValueError(f"init={init!r}: use one of {', '.join(INITIALISATIONS)}")
+        if init == "keras":
+            keras_initialise(self)
 
     def embed(self, words: Tensor, chars: Tensor, char_index: Tensor) -> Tensor:
         """``[w (+ p) ; (p) ; c]`` for ``words [B, L]``; ``chars [U, C]`` holds the characters of each distinct

@@ -216,7 +216,7 @@ def run(cfg: DictConfig, progress: bool = True) -> dict:
     runtime = Runtime.create(cfg.device, cfg.train.precision, threads=cfg.train.num_threads)
     data_root = default_data_root(cfg.data_root)
     treebank = load_treebank(data_root, cfg.treebank, cfg.data.max_len, cfg.data.max_word_chars,
-                             cfg.data.vocab_fraction)
+                             cfg.data.vocab_fraction, cfg.data.vocab_splits)
     out_dir = open_run_dir(default_out_dir(cfg), to_dict(cfg), RESUMABLE_KEYS)
     label = variant_label(cfg.variant, cfg.attention.name)
     seeds = list(range(cfg.first_seed, cfg.first_seed + cfg.seeds))

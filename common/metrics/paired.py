@@ -19,7 +19,8 @@ import numpy as np
 from scipy import optimize, stats
 
 __all__ = ["PairedDifference", "BootstrapDifference", "paired_t", "minimal_detectable_difference",
-           "paired_bootstrap", "random_effects_mean", "bleu_item_stats", "cider_item_scores"]
+           "paired_bootstrap", "random_effects_mean", "paired_p_value", "equivalence_tost", "holm_adjust",
+           "bleu_item_stats", "cider_item_scores"]
 
 
 class _Record:
@@ -161,3 +162,41 @@ def random_effects_mean(means: Sequence[float], standard_errors: Sequence[float]
     half = float(stats.norm.ppf(0.5 + confidence / 2)) / math.sqrt(float(w_star.sum()))
     return {"mean": mean, "low": mean - half, "high": mean + half, "tau": math.sqrt(tau2), "k": int(y.size),
             "confidence": confidence}
+
+
+def paired_p_value(a: Sequence[float], b: Sequence[float]) -> float:
+    """Two-sided p of the paired t-test of ``b - a`` against 0 (identical differences: 1 when they are 0, else 0)."""
+    d = np.asarray(b, dtype=float) - np.asarray(a, dtype=float)
+    if np.ptp(d) <= 1e-12 * max(1.0, float(np.abs(d).max(initial=0.0))):
+        return 1.0 if not d.any() else 0.0
+    return float(stats.ttest_1samp(d, 0.0).pvalue)
+
+
+def equivalence_tost(a: Sequence[float], b: Sequence[float], margin: float, alpha: float = 0.05) -> Dict[str, float]:
+    """Schuirmann's two one-sided paired t-tests of ``|mean(b - a)| < margin``: ``p`` (the larger one-sided p;
+    equivalence is shown when ``p < alpha``) and the ``1 - 2 alpha`` interval ``[low, high]`` that lies inside
+    ``(-margin, margin)`` exactly when it is."""
+    d = np.asarray(b, dtype=float) - np.asarray(a, dtype=float)
+    n = d.size
+    if n < 2 or margin <= 0:
+        raise ValueError(f"an equivalence test needs at least 2 pairs and a positive margin, got {n} and {margin}")
+    mean, se = float(d.mean()), float(d.std(ddof=1)) / math.sqrt(n)
+    if se == 0:
+        p = 0.0 if abs(mean) < margin else 1.0
+    else:
+        p = max(float(stats.t.sf((mean + margin) / se, n - 1)), float(stats.t.cdf((mean - margin) / se, n - 1)))
+    half = float(stats.t.ppf(1 - alpha, n - 1)) * se
+    return {"p": p, "low": mean - half, "high": mean + half, "margin": margin, "alpha": alpha, "n": n}
+
+
+def holm_adjust(pvalues: Sequence[float]) -> list:
+    """Holm's step-down adjusted p-values, in the order given: ``max_{j <= i} min(1, (m - j + 1) p_(j))`` over the
+    ascending order (Holm, 1979); a family-wise error rate ``alpha`` rejects where the adjusted p is below it."""
+    p = np.asarray(pvalues, dtype=float)
+    order = np.argsort(p, kind="stable")
+    adjusted = np.empty_like(p)
+    running = 0.0
+    for rank, index in enumerate(order):
+        running = max(running, min(1.0, (p.size - rank) * p[index]))
+        adjusted[index] = running
+    return adjusted.tolist()

@@ -92,3 +92,29 @@ def test_random_effects_mean_known_answers():
         random_effects_mean([1.0], [1.0])
     with pytest.raises(ValueError, match="positive standard errors"):
         random_effects_mean([1.0, 2.0], [1.0, 0.0])
+
+
+def test_holm_adjust_known_answer():
+    from common.metrics.paired import holm_adjust
+
+    # ascending 0.01, 0.02, 0.04, 0.30 x (4, 3, 2, 1) = 0.04, 0.06, 0.08, 0.30, made monotone; given order kept
+    assert holm_adjust([0.04, 0.30, 0.01, 0.02]) == pytest.approx([0.08, 0.30, 0.04, 0.06])
+    assert holm_adjust([0.5, 0.6]) == pytest.approx([1.0, 1.0])  # capped at 1, monotone
+
+
+def test_equivalence_tost_against_the_two_one_sided_tests():
+    from scipy import stats as st
+
+    from common.metrics.paired import equivalence_tost, paired_p_value
+
+    a = np.array([90.0, 91.0, 89.5, 92.0, 90.5])
+    b = a + np.array([0.2, -0.1, 0.3, 0.0, 0.1])
+    result = equivalence_tost(a, b, margin=1.0)
+    d = b - a
+    lower = st.ttest_1samp(d, -1.0, alternative="greater").pvalue
+    upper = st.ttest_1samp(d, 1.0, alternative="less").pvalue
+    assert result["p"] == pytest.approx(max(lower, upper)) and result["p"] < 0.05
+    assert -1 < result["low"] < result["high"] < 1  # the 90% interval inside the margin: equivalent
+    wide = equivalence_tost(a, a + np.array([2.0, -1.5, 1.8, -2.2, 0.4]), margin=1.0)
+    assert wide["p"] > 0.05 and (wide["low"] < -1 or wide["high"] > 1)
+    assert paired_p_value(a, b) == pytest.approx(st.ttest_rel(b, a).pvalue)

@@ -235,3 +235,39 @@ def test_conv_variants_have_relu_glorot_convoluted_attention_in_every_layer(vari
             limit = (6 / 18) ** 0.5
         assert weight.abs().max() <= limit and weight.std() > limit / 3  # glorot, not the identity init
         assert bias.eq(0).all()
+
+
+def test_the_keras_initialisation_has_the_authors_scales():
+    from tagging.model import EMBEDDING_RANGE
+
+    torch.manual_seed(0)
+    width, heads, t = 192, 4, 60
+    model = Tagger(500, 60, 17, "pr", word_dim=128, char_dim=64, heads=heads, max_len=t)
+    head_dim = width // heads
+    for embed in (model.word_embed, model.chars.embed):
+        rows = embed.weight[1:]
+        assert rows.abs().max() <= EMBEDDING_RANGE and rows.abs().max() > 0.9 * EMBEDDING_RANGE
+        assert not embed.weight[0].any()                      # padding stays zero
+        assert rows.std().item() == pytest.approx(EMBEDDING_RANGE / 3 ** 0.5, rel=0.05)
+    conv = model.chars.convs[0]
+    limit = (6 / (64 * 5 + 64 * 5)) ** 0.5                       # Keras fans of a Conv1D count its width
+    assert conv.weight.abs().max() <= limit and conv.weight.std().item() == pytest.approx(limit / 3 ** 0.5, rel=0.05)
+    assert not conv.bias.any() and not model.output.bias.any()
+    out_limit = (6 / (2 * width + 17)) ** 0.5
+    assert model.output.weight.abs().max() <= out_limit
+    first = model.layers[0]
+    for proj in (first.q_proj, first.k_proj, first.v_proj):
+        per_head = proj.weight.view(heads, head_dim, width)
+        std = (2 / (width + head_dim)) ** 0.5                   # glorot_normal of one head's [width, head_dim]
+        for block in per_head:
+            assert block.std().item() == pytest.approx(std, rel=0.05)
+            assert block.abs().max() <= 2 * std / 0.87962566103423978   # truncated at 2 sd of the raw normal
+    table, offsets = first.attend.absolute.table, first.attend.relative.offsets
+    assert table.std().item() == pytest.approx((2 / (2 * t)) ** 0.5, rel=0.05)
+    assert offsets.std().item() == pytest.approx((2 / (2 * (2 * t) ** 0.5)) ** 0.5, rel=0.2)  # 119 x 4 draws
+    torch.manual_seed(0)
+    plain = Tagger(500, 60, 17, "pr", word_dim=128, char_dim=64, heads=heads, max_len=t, init="torch")
+    assert plain.word_embed.weight[1:].std().item() == pytest.approx(1.0, rel=0.05)   # nn.Embedding's N(0, 1)
+    assert not plain.layers[0].attend.absolute.table.any()
+    with pytest.raises(ValueError, match="init='glorot': use one of keras, torch"):
+        Tagger(500, 60, 17, "pe-add", init="glorot")

@@ -88,6 +88,10 @@ def test_accuracies_by_hand_with_padding_ignored():
     assert scores["all"] == pytest.approx(100 * 4 / 6)
     assert scores["oov"] == pytest.approx(100.0)
     assert scores["ambiguous"] == pytest.approx(50.0)
+    # the authors' groups: <unk> words (dogs: seen in training, outside the kept half; zebra; yak), all of them
+    # apart from "dogs" tagged right; ambiguous inside the index: both "run", one right
+    assert (scores["oov_index_words"], scores["ambiguous_index_words"]) == (3, 2)
+    assert scores["oov_index"] == pytest.approx(100 * 2 / 3) and scores["ambiguous_index"] == pytest.approx(50.0)
 
 
 def test_accuracies_pool_words_over_batches_and_an_empty_group_is_nan():
@@ -102,3 +106,24 @@ def test_accuracies_pool_words_over_batches_and_an_empty_group_is_nan():
     assert math.isnan(alone["oov"]) and math.isnan(alone["ambiguous"])
     assert alone["oov_words"] == 0 and alone["ambiguous_words"] == 0
     assert all(math.isnan(accuracies([])[group]) for group in ("all", "oov", "ambiguous"))
+
+
+def test_the_word_index_counts_the_given_splits_and_rounds_down():
+    dev = [S("zebra/NOUN zebra/NOUN zebra/NOUN zebra/NOUN yak/NOUN")]
+    vocab = Vocabulary.build(TRAIN, vocab_fraction=0.5, counted=TRAIN + dev)
+    # 8 types over train + dev: the 4 most frequent (zebra 4 ties with "the" 4: first seen first)
+    assert vocab.words == ["<pad>", "<unk>", "the", "zebra", "run", "."]
+    assert vocab.train_forms == {"the", "run", ".", "dogs", "walk", "fast"}   # OOV stays relative to train
+    assert set(vocab.chars) == {"<pad>", "<unk>", *"therun.dogswalkfast"}      # characters: train only
+    assert Vocabulary.build(TRAIN[:3], vocab_fraction=0.5).words[2:] == ["the", "run"]  # 5 types: 5 // 2
+
+
+def test_an_ambiguous_word_outside_the_index_counts_only_in_our_definition():
+    train = TRAIN + [S("walk/VERB")]                  # walk: NOUN and VERB, once each
+    vocab = Vocabulary.build(train, vocab_fraction=0.5)
+    assert "walk" in vocab.ambiguous_forms and "walk" not in vocab.word_index
+    batch = collate(encode([S("walk/VERB run/VERB")], vocab))
+    scores = accuracies([(batch, torch.tensor([[UPOS.index("VERB"), UPOS.index("NOUN")]]))])
+    assert (scores["ambiguous_words"], scores["ambiguous"]) == (2, 50.0)
+    assert (scores["ambiguous_index_words"], scores["ambiguous_index"]) == (1, 0.0)   # run only
+    assert (scores["oov_words"], scores["oov_index_words"], scores["oov_index"]) == (0, 1, 100.0)
