@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.util
 import inspect
 import re
 import shlex
 from pathlib import Path
 
 import pytest
+
+from tests.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -80,9 +81,7 @@ def _commands(code: str):
 
 def _main_of(target: str):
     if target.endswith(".py"):
-        spec = importlib.util.spec_from_file_location(Path(target).stem, ROOT / target)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+        module = load_script(target)
     else:
         module = importlib.import_module(target)
     return module.main

@@ -3,7 +3,6 @@ publishes only complete stores; clear errors that leave no output (exit 2); a st
 options; FIFOs, pipes, process substitution, .tsv.gz and .zip members are read without unpacking."""
 import contextlib
 import gzip
-import importlib.util
 import json
 import os
 import re
@@ -24,16 +23,15 @@ from common.features import RegionFeatureError, RegionFeatureStore, layout
 from common.features.fixtures import random_region_features, write_format_fixtures, write_random_features
 from common.features.formats import bottom_up_tsv
 
+from tests.scripts import load_script
+
 ROOT = Path(__file__).resolve().parents[2]
 DIM = 8
 IDS = [5, 3, 11]
 
 
 def _load_script(name):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(f"scripts/{name}.py")
 
 
 convert_features = _load_script("convert_features")

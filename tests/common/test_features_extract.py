@@ -11,6 +11,8 @@ from common.features import RegionFeatureError, RegionFeatureStore, numeric_id
 from common.features.extract import (Proposals, Selection, box_iou, extract, image_files, image_sources, load_image,
                                      nms_keep, select_regions)
 
+from tests.scripts import load_script
+
 ROOT = Path(__file__).resolve().parents[2]
 DIM = 12
 REAL_IMAGE = "coco/updown/COCO_val2014_000000273052.jpg"
@@ -215,10 +217,7 @@ def test_unreadable_image_names_the_file(tmp_path):
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("extract_features", ROOT / "scripts" / "extract_features.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    return script
+    return load_script("scripts/extract_features.py")
 
 
 def test_cli_explains_how_to_install_detectron2(tmp_path, capsys):

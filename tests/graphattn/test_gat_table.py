@@ -1,20 +1,17 @@
 """scripts/reproduce_gat_table.py builds its table from finished seeds, with paired differences."""
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 import torch
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "reproduce_gat_table.py"
+from tests.scripts import load_script
+
 
 
 @pytest.fixture(scope="module")
 def table_script():
-    spec = importlib.util.spec_from_file_location("reproduce_gat_table", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("scripts/reproduce_gat_table.py")
 
 
 def _seeds(run_dir: Path, accuracies: dict):

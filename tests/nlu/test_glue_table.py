@@ -1,21 +1,18 @@
 """scripts/reproduce_glue_table.py: the grid's cells (seed by seed, finished ones skipped) and the table from
 finished runs, with paired differences over the seeds both rows have."""
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 from scipy import stats
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "reproduce_glue_table.py"
+from tests.scripts import load_script
+
 
 
 @pytest.fixture(scope="module")
 def table_script():
-    spec = importlib.util.spec_from_file_location("reproduce_glue_table", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("scripts/reproduce_glue_table.py")
 
 
 def _run(out: Path, task: str, row: str, seed: int, accuracy: float, f1: float) -> None:

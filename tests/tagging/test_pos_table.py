@@ -1,23 +1,19 @@
 """scripts/reproduce_pos_table.py: the table's statistics. The treebank is the unit of pairing (each treebank's
 seeds averaged first), p-values are Holm-adjusted over the rows compared, "no effect" needs the +-1-point
 equivalence test, and the learning-speed measure is the dev accuracy after the declared number of updates."""
-import importlib.util
-from pathlib import Path
 
 import numpy as np
 import pytest
 from scipy import stats
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "reproduce_pos_table.py"
+from tests.scripts import load_script
+
 TREEBANKS = [f"UD_Toy-{i}" for i in range(6)]
 
 
 @pytest.fixture(scope="module")
 def table_script():
-    spec = importlib.util.spec_from_file_location("reproduce_pos_table", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("scripts/reproduce_pos_table.py")
 
 
 def results(label: str, per_treebank_seeds: dict, speed: float = 80.0) -> dict:
