@@ -36,7 +36,7 @@ from common.utils.cli import add_runtime_options, runtime_from
 from common.utils.paths import check_inputs
 
 from .answers import AnswerVocab, answers_of, prep_answer
-from .evaluation import RULES, vqa_accuracy, write_submission
+from .evaluation import RULES, format_answer_types, vqa_accuracy, write_submission
 
 if TYPE_CHECKING:  # torch, the data and the model are imported once the command line has been checked
     import torch
@@ -210,8 +210,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         line = f"{report['split']} {name}:"
         if "accuracy" in condition:
             acc = condition["accuracy"]
-            line += f" accuracy {acc['overall']:.2f} " + " ".join(f"{k} {v:.2f}"
-                                                                  for k, v in acc["per_answer_type"].items())
+            line += f" accuracy {acc['overall']:.2f} ({format_answer_types(acc['per_answer_type'])})"
         if "mc" in condition:
             mc = condition["mc"]
             line += f" | MC accuracy {mc['accuracy']['overall']:.2f} PAvPU {mc['pavpu']:.2f} ECE {mc['ece']:.2f}"

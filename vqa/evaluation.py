@@ -87,6 +87,17 @@ class VQAAccuracy:
                 "per_question_type": dict(self.per_question_type)}
 
 
+#: The answer types of VQA v2 in the order the papers report them.
+ANSWER_TYPES = ("yes/no", "number", "other")
+
+
+def format_answer_types(per_answer_type: Mapping[str, float]) -> str:
+    """``per_answer_type`` as one readable phrase, ``yes/no 75.64, number 0.00, other 0.00``
+    (VQA v2's types in the papers' order, any other type after them)."""
+    order = [t for t in ANSWER_TYPES if t in per_answer_type] + sorted(set(per_answer_type) - set(ANSWER_TYPES))
+    return ", ".join(f"{t} {per_answer_type[t]:.2f}" for t in order)
+
+
 def _as_mapping(predictions: Predictions) -> Dict[int, str]:
     if isinstance(predictions, Mapping):
         return {int(k): str(v) for k, v in predictions.items()}

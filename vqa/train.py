@@ -50,6 +50,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from common.utils.runtime import DeviceError
 
     from .data import VQADataError
+    from .evaluation import format_answer_types
     from .training import run
 
     try:
@@ -65,7 +66,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     final, out_dir = results["final_eval"], default_out_dir(cfg)
     print(f"MCAN {results['attention']}: {len(results['epochs'])} epochs, {results['train_seconds']:.0f} s of training"
-          + (f", {cfg.data.eval_split} accuracy {final['overall']:.2f} {final['per_answer_type']}" if final else ""))
+          + (f", {cfg.data.eval_split} accuracy {final['overall']:.2f} "
+             f"({format_answer_types(final['per_answer_type'])})" if final else ""))
     console.files_written([out_dir / name for name in ("results.json", "checkpoints", "metrics.jsonl", "config.json",
                                                         "question_vocab.json", "answers.json",
                                                         f"{cfg.data.eval_split}_predictions.json")])

@@ -1,6 +1,7 @@
 """vqa.train / vqa.evaluate end to end on the fixture: files, resumption, noise and Monte Carlo
 paths, MCAN's learning-rate schedule, clear errors."""
 import json
+import re
 
 import pytest
 import torch
@@ -75,6 +76,7 @@ def test_train_resume_and_evaluate(vqa_fixture, tmp_path, capsys):
     printed = capsys.readouterr().out.splitlines()  # piped: a line per condition, then every file written
     assert [line.split(":")[0] for line in printed[:2]] == ["val clean", "val noise_3"]
     assert "MC accuracy" in printed[1] and "->" not in printed[1]
+    assert re.match(r"val clean: accuracy [\d.]+ \(yes/no [\d.]+, number [\d.]+, other [\d.]+\)", printed[0])
     assert printed[2:] == ["files written:", f"  {report_path}"] + [
         f"  {tmp_path / name}" for name in ("val_clean_results.json", "reliability_val_clean.png",
                                             "val_noise_3_results.json", "reliability_val_noise_3.png")]

@@ -4,7 +4,8 @@ import json
 import pytest
 
 from vqa import score
-from vqa.evaluation import RULES, load_submission, py2_round, question_accuracy, vqa_accuracy, write_submission
+from vqa.evaluation import (RULES, format_answer_types, load_submission, py2_round, question_accuracy, vqa_accuracy,
+                            write_submission)
 
 
 def humans(*groups):
@@ -95,6 +96,14 @@ def test_overall_and_per_type_accuracy():
     assert result.per_answer_type == {"number": 60.0, "other": 30.0, "yes/no": 50.0}
     assert result.per_question_type["is the"] == 50.0
     assert result.per_question == {1: 100.0, 2: 60.0, 3: 30.0, 4: 0.0}
+
+
+def test_answer_types_read_as_a_phrase_in_the_papers_order():
+    printed = format_answer_types({"number": 0.0, "other": 0.0, "yes/no": 75.64})
+    assert printed == "yes/no 75.64, number 0.00, other 0.00"
+    printed = format_answer_types({"other": 12.5, "colour": 3.0, "yes/no": 80.0})
+    assert printed == "yes/no 80.00, other 12.50, colour 3.00"
+    assert format_answer_types({}) == ""
 
 
 def test_overall_accuracy_rounds_halves_away_from_zero():

@@ -21,7 +21,7 @@ from omegaconf import OmegaConf
 from common.utils import atomic_write_json, console
 from common.utils.cli import add_runtime_options, runtime_from
 from vqa.answers import AnswerVocab, answers_of
-from vqa.evaluation import vqa_accuracy, write_submission
+from vqa.evaluation import format_answer_types, vqa_accuracy, write_submission
 
 if TYPE_CHECKING:  # torch, transformers and the model are imported once the command line has been checked
     from common.utils.runtime import Runtime
@@ -130,7 +130,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     accuracy = record["accuracy"]
-    summary = f"accuracy {accuracy['overall']:.2f}" if accuracy else "no annotations (predictions only)"
+    summary = (f"accuracy {accuracy['overall']:.2f} ({format_answer_types(accuracy['per_answer_type'])})" if accuracy
+               else "no annotations (predictions only)")
     print(f"{record['split']}: {record['questions']} questions, {summary}")
     console.files_written([args.run / f"eval_{record['split']}.json", args.run / f"{record['split']}_predictions.json"])
     return 0

@@ -49,6 +49,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     # the config is valid: now torch, transformers, the data and the model
     from common.utils.runtime import DeviceError
     from vqa.data import VQADataError
+    from vqa.evaluation import format_answer_types
 
     from .training import run, write_demo_data
 
@@ -63,7 +64,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     final, out_dir = results["final_eval"], default_out_dir(cfg)
-    accuracy = f"{cfg.data.eval_split} accuracy {final['overall']:.2f}" if final else "no evaluation"
+    accuracy = (f"{cfg.data.eval_split} accuracy {final['overall']:.2f} "
+                f"({format_answer_types(final['per_answer_type'])})" if final else "no evaluation")
     print(f"LXMERT {results['variant']}: {results['steps']} updates, {results['train_seconds']:.0f} s of training, "
           f"{accuracy}")
     console.files_written([out_dir / "results.json", *results["plots"].values(), out_dir / "checkpoints",
