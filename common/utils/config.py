@@ -5,7 +5,10 @@ Every domain keeps its defaults in ``<package>/configs/*.yaml``; a run resolves
     packaged defaults -> optional user YAML (``--config``) -> command-line ``key=value``
 
 with omegaconf. The packaged config is put in struct mode first, so a misspelt key in a
-user file or on the command line is an error that names the key, not a silent no-op.
+user file or on the command line is an error that names the key and the known keys closest to it
+(by the whole dotted path or by its last part), not a silent no-op::
+
+    command line: unknown key train.lr; did you mean optim.lr? (the keys are those of graphattn/configs/gat.yaml)
 
 Every value a layer sets is checked against the packaged one, which is the schema: a number
 where the packaged value is a number (an integer where it is an integer), a boolean for a
@@ -19,10 +22,11 @@ has. Each error is one line naming the key, the bad value and what is expected::
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 from importlib import resources
 from pathlib import Path
-from typing import Any, Dict, Iterable, Mapping, Optional, Sequence
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -173,6 +177,61 @@ def check_types(cfg: DictConfig, layer: DictConfig, source: str) -> None:
                 break
 
 
+#: How alike (difflib's ratio) a known key must be to a mistyped one to be suggested, and how far below the
+#: best suggestion another may be.
+SUGGEST_CUTOFF, SUGGEST_MARGIN = 0.6, 0.1
+
+
+def _dotted_keys(node: Any, prefix: str = "") -> List[str]:
+    """Every dotted key of a nested dict, sections included (``optim``, ``optim.lr`` ...)."""
+    if not isinstance(node, dict):
+        return []
+    return [dotted for key, value in node.items()
+            for dotted in (f"{prefix}{key}", *_dotted_keys(value, f"{prefix}{key}."))]
+
+
+def close_keys(key: str, known: Iterable[str], n: int = 3) -> List[str]:
+    """The ``known`` dotted keys most like the mistyped ``key``, best first: alike as whole paths or in their
+    last parts (``train.lr`` -> ``optim.lr``), at least :data:`SUGGEST_CUTOFF` and within :data:`SUGGEST_MARGIN`
+    of the best."""
+    last = key.rsplit(".", 1)[-1]
+
+    def likeness(candidate: str) -> float:
+        return max(difflib.SequenceMatcher(None, key, candidate).ratio(),
+                   difflib.SequenceMatcher(None, last, candidate.rsplit(".", 1)[-1]).ratio())
+
+    scores = {candidate: likeness(candidate) for candidate in known}
+    ranked = sorted(scores, key=lambda candidate: (-scores[candidate],
+                                                   -difflib.SequenceMatcher(None, key, candidate).ratio(), candidate))
+    floor = max(SUGGEST_CUTOFF, scores[ranked[0]] - SUGGEST_MARGIN) if ranked else SUGGEST_CUTOFF
+    return [candidate for candidate in ranked if scores[candidate] >= floor][:n]
+
+
+def unknown_key(cfg: DictConfig, key: str) -> bool:
+    """Whether the dotted ``key`` is missing from ``cfg`` where ``cfg`` is closed to new keys (struct mode);
+    a key below a value that is not a mapping is :func:`check_types`' concern."""
+    node = cfg
+    for part in key.split("."):
+        if not isinstance(node, DictConfig) or not OmegaConf.is_struct(node):
+            return False
+        if part not in node:
+            return True
+        node = node[part]
+    return False
+
+
+def check_known(cfg: DictConfig, layer: DictConfig, source: str, defaults_name: str) -> None:
+    """Every key ``layer`` sets exists in ``cfg`` (or lies under one of its open keys); else one line naming the
+    first unknown key and the known keys most like it (:func:`close_keys`)."""
+    for key in _flatten(OmegaConf.to_container(layer, resolve=False)):
+        if key and unknown_key(cfg, key):  # "": an empty layer
+            matches = close_keys(key, _dotted_keys(OmegaConf.to_container(cfg, resolve=False)))
+            listed = " or ".join(", ".join(matches).rsplit(", ", 1))
+            hint = f"did you mean {listed}? (the keys are those of {defaults_name})" if matches \
+                else f"the keys are those of {defaults_name}"
+            raise ValueError(f"{source}: unknown key {key}; {hint}")
+
+
 def check_rules(cfg: DictConfig, rules: Mapping[str, Rule] = RULES) -> None:
     """Every key of ``rules`` that ``cfg`` has holds an allowed value."""
     for key, rule in rules.items():
@@ -213,11 +272,12 @@ def layer_configs(
         layers.append((f"--config {config_file}", load_user_config(config_file)))
     layers.append(("command line", parse_overrides(overrides)))
     for source, layer in layers:
+        check_known(cfg, layer, source, defaults_name)
         check_types(cfg, layer, source)
         try:
             cfg = OmegaConf.merge(cfg, layer)
-        except OmegaConfBaseException as err:
-            raise ValueError(f"{source}: {getattr(err, 'msg', err)}. Known keys are those of {defaults_name}") from err
+        except OmegaConfBaseException as err:  # omegaconf's own checks: their first line is the message
+            raise ValueError(f"{source}: {str(err).splitlines()[0]}") from err
     from common.attention import available  # the registry of variants, checked before anything is built
 
     check_rules(cfg, {**RULES, "attention.name": Rule(choices=available()), **(rules or {})})

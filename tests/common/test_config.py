@@ -13,7 +13,8 @@ def test_layers_apply_in_order_and_unknown_keys_fail(tmp_path):
                         open_keys=["attention.options"])
     assert to_dict(cfg) == {"optim": {"lr": 0.01, "weight_decay": 0.001}, "attention": {"name": "softmax", "options": {"k": 3}}}
     assert base.optim.lr == 0.005  # the base is not modified
-    with pytest.raises(ValueError, match=r"command line: Key 'lrr' is not in struct(.|\n)*Known keys are those of gat.yaml"):
+    with pytest.raises(ValueError, match=r"^command line: unknown key optim.lrr; did you mean optim.lr\? "
+                                         r"\(the keys are those of gat.yaml\)$"):
         layer_configs(base, overrides=["optim.lrr=0.1"], defaults_name="gat.yaml")
 
 
@@ -171,3 +172,62 @@ def test_lxmert_normalizers_are_the_registry_names():
         _lxmert(["model.adaptation.normalizer=sofmax"])
     assert str(err.value) == f"model.adaptation.normalizer='sofmax': expected one of {', '.join(available())}"
     assert _lxmert(["model.adaptation.normalizer=entmax15"]).model.adaptation.normalizer == "entmax15"
+
+
+KNOWN = ["optim", "optim.lr", "optim.weight_decay", "train", "train.max_epochs", "train.log_every", "loader",
+         "loader.batch_size", "eval.batch_size", "model.heads"]
+
+
+@pytest.mark.parametrize("key, expected", [
+    ("train.lr", ["optim.lr"]),  # the last part alike: another section's key
+    ("optim.lrr", ["optim.lr"]),
+    ("trian.max_epochs", ["train.max_epochs"]),  # the whole path alike
+    ("model.head", ["model.heads"]),
+    ("loader.batch_sise", ["loader.batch_size", "eval.batch_size"]),  # the whole path's match first
+    ("zzz", []),
+])
+def test_close_keys_match_whole_paths_and_last_parts(key, expected):
+    from common.utils.config import close_keys
+
+    assert close_keys(key, KNOWN) == expected
+
+
+def test_an_unknown_key_is_one_line_with_the_closest_keys(tmp_path):
+    base = OmegaConf.create(BASE)
+    with pytest.raises(ValueError) as err:
+        layer_configs(base, overrides=["train.lr=abc"], open_keys=["attention.options"], defaults_name="gat.yaml")
+    assert str(err.value) == ("command line: unknown key train.lr; did you mean optim.lr? "
+                              "(the keys are those of gat.yaml)")
+    user = tmp_path / "user.yaml"
+    user.write_text("train:\n  max_epoch: 3\n")
+    with pytest.raises(ValueError) as err:
+        layer_configs(base, str(user), defaults_name="gat.yaml")
+    assert str(err.value) == (f"--config {user}: unknown key train.max_epoch; did you mean train.max_epochs? "
+                              f"(the keys are those of gat.yaml)")
+    with pytest.raises(ValueError) as err:
+        layer_configs(base, overrides=["zzz=1"], defaults_name="gat.yaml")
+    assert str(err.value) == "command line: unknown key zzz; the keys are those of gat.yaml"
+    assert layer_configs(base, overrides=["attention.options.zzz=1"], open_keys=["attention.options"]) \
+        .attention.options.zzz == 1  # an open key takes new keys
+
+
+TRAIN_CLIS = {  # CLI -> the options it needs to reach its config
+    "graphattn.train": ["--dataset", "Cora"], "mt.train": ["--preset", "demo"], "captioning.train": ["--demo"],
+    "vqa.train": ["--demo"], "vqa.lxmert.train": ["--demo"], "tagging.train": [], "nlu.train": ["--task", "RTE"],
+}
+
+
+@pytest.mark.parametrize("module", sorted(TRAIN_CLIS))
+@pytest.mark.parametrize("in_file", [False, True], ids=["command-line", "config-file"])
+def test_each_train_cli_answers_a_mistyped_key_with_one_line_and_the_key_meant(module, in_file, tmp_path, capsys):
+    import importlib
+
+    typo = tmp_path / "typo.yaml"
+    typo.write_text("train:\n  lr: 0.01\n")
+    args = ["--config", str(typo)] if in_file else ["train.lr=0.01"]
+    code = importlib.import_module(module).main([*TRAIN_CLIS[module], "--out", str(tmp_path / "run"), *args])
+    lines = capsys.readouterr().err.splitlines()
+    assert code == 2 and len(lines) == 1, lines
+    source = f"--config {typo}" if in_file else "command line"
+    assert lines[0].startswith(f"error: {source}: unknown key train.lr; did you mean optim.lr? ")
+    assert not (tmp_path / "run").exists()
