@@ -59,6 +59,9 @@ RESUMABLE_KEYS = ("data_root", "prepared_dir", "out_dir", "device", "train.max_s
 #: recorded once as a CUDA graph.
 LENGTH_MULTIPLE = 16
 
+#: How the summary line and the plot title name the corpora of :data:`mt.data.CORPORA`.
+CORPUS_TITLES = {"multi30k": "Multi30k de-en", "iwslt14": "IWSLT'14 de-en", "demo": "a toy de-en corpus"}
+
 
 class LRSchedule:
     """Learning rate per update: ``inverse_sqrt``, ``plateau`` halving, or ``constant``."""
@@ -401,6 +404,11 @@ class Trainer:
         self._checkpoint()
 
 
+def run_title(cfg) -> str:
+    """The preset and the corpus of a run's config, e.g. ``transformer-cpu on IWSLT'14 de-en``."""
+    return f"{cfg['preset']} on {CORPUS_TITLES.get(cfg['dataset'], cfg['dataset'])}"
+
+
 def finish(trainer: Trainer, data_root: Path) -> dict:
     """Score the selected (or averaged) model on the validation and test splits; write results."""
     cfg, files, runtime = trainer.cfg, RunFiles(trainer.out_dir), trainer.runtime
@@ -419,7 +427,7 @@ def finish(trainer: Trainer, data_root: Path) -> dict:
     from .plots import plot_curves  # matplotlib, only once there is something to plot
 
     curves = plot_curves(read_metrics(trainer.out_dir / "metrics.jsonl"), trainer.out_dir / "curves.png",
-                         title=f"{cfg.preset} on {cfg.dataset}")
+                         title=run_title(cfg))
     p = trainer.progress
     record = results_record(to_dict(cfg), splits=splits, best_step=p["best_step"], updates=p["step"],
                             epochs=trainer.epoch_number(), complete_epochs=p["epoch"],
@@ -434,7 +442,7 @@ def summarize(record: dict, out_dir: Path) -> None:
     """The closing lines on stdout: BLEU per test split, where training stopped, the files written."""
     cfg = record["config"]
     tests = ", ".join(f"{split} BLEU {record['splits'][split]['bleu']:.2f}" for split in cfg["data"]["test_splits"])
-    print(f"{cfg['preset']} on {cfg['dataset']}: {tests} ({record['model']}, update {record['best_step']}); "
+    print(f"{run_title(cfg)}: {tests} ({record['model']}, update {record['best_step']}); "
           f"{record['updates']} updates in {record['epochs']} epoch(s), {record['train_seconds']:.0f} s of training")
     splits = [cfg["data"]["valid_split"], *cfg["data"]["test_splits"]]
     console.files_written([out_dir / name for name in ("results.json", record["curves"], "best.pt", "checkpoints",

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from common.utils.paths import CACHE_ENV, DATA_ROOT_ENV
-from mt import evaluate, train, translate
+from mt import evaluate, plots, train, translate
 from mt.run import average_state_dicts
 
 TINY = ["model.emb_dim=16", "model.enc_hidden=16", "model.dec_hidden=16", "model.attn_hidden=16",
@@ -99,11 +99,19 @@ def test_the_demo_runs_end_to_end_without_data(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
     monkeypatch.delenv(DATA_ROOT_ENV, raising=False)
     out = tmp_path / "demo"
+    titles, save = [], plots.atomic_save_figure
+
+    def save_and_note_title(fig, path):
+        titles.append(fig.get_suptitle())
+        return save(fig, path)
+
+    monkeypatch.setattr(plots, "atomic_save_figure", save_and_note_title)
     assert train.main(["--preset", "demo", "--out", str(out), "train.max_steps=4", "train.progress=false"]) == 0
+    assert titles == ["demo on a toy de-en corpus"]
     assert (tmp_path / "cache/mt/demo/raw/train.de.gz").is_file()  # the toy corpus, written on first use
     assert json.loads((tmp_path / "cache/mt/demo-bpe60/prepared.json").read_text())["splits"] == ["train", "val", "test"]
     results = json.loads((out / "results.json").read_text())
     assert results["updates"] == 4 and set(results["splits"]) == {"val", "test"}
     assert len((out / "test.hyp.txt").read_text().splitlines()) == 100
     printed = capsys.readouterr().out
-    assert printed.startswith("demo on demo: test BLEU ") and f"  {out / 'results.json'}" in printed.splitlines()
+    assert printed.startswith("demo on a toy de-en corpus: test BLEU ") and f"  {out / 'results.json'}" in printed.splitlines()

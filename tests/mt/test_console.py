@@ -27,7 +27,7 @@ def test_a_run_stopping_between_validations_validates_its_last_update(tiny_root,
     assert results["updates"] == 4 and results["epochs"] == 1 and results["complete_epochs"] == 0
     assert "update 4 epoch 1: val ppl" in captured.err
     stdout = captured.out.splitlines()
-    assert stdout[0].startswith("lstm-cpu on multi30k: test_2016_flickr BLEU ")
+    assert stdout[0].startswith("lstm-cpu on Multi30k de-en: test_2016_flickr BLEU ")
     assert "4 updates in 1 epoch(s)" in stdout[0]
     assert stdout[1] == "files written:"
     assert {os.path.basename(line.strip().rstrip("/")) for line in stdout[2:]} == {
