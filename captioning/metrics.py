@@ -9,12 +9,18 @@ here a missing model is reported (``SPICE`` skipped, with the reason) instead.
 from __future__ import annotations
 
 import io
+import os
+import re
+import sys
+import tempfile
 import warnings
-from contextlib import redirect_stdout
+from contextlib import contextmanager, redirect_stdout
 from pathlib import Path
-from typing import Mapping, Optional, Sequence
+from typing import Iterator, Mapping, Optional, Sequence
 
 METRICS = ("bleu", "meteor", "rouge", "cider", "spice")
+#: The line the Stanford PTB tokenizer (Java, run by pycocoevalcap) writes to stderr on every call.
+TOKENIZER_PROGRESS = re.compile(r"PTBTokenizer tokenized \d+ tokens at [\d.]+ tokens per second\.")
 
 
 def spice_unavailable_reason() -> Optional[str]:
@@ -42,11 +48,31 @@ def _scorers(metrics: Sequence[str]) -> list:
     return [(table[m][0](*table[m][1]), table[m][2]) for m in metrics]
 
 
+@contextmanager
+def _without_tokenizer_progress() -> Iterator[None]:
+    """Capture file descriptor 2, which the Java tokenizer inherits, and pass on every line written to it
+    except the tokenizer's progress line (:data:`TOKENIZER_PROGRESS`): errors stay visible."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.seek(0)
+            lines = captured.read().decode(errors="replace").splitlines(keepends=True)
+            sys.stderr.write("".join(line for line in lines if not TOKENIZER_PROGRESS.fullmatch(line.rstrip())))
+
+
 def tokenize(captions: Mapping[int, Sequence[str]]) -> dict[int, list[str]]:
-    """PTB-tokenize ``{image_id: [sentence, ...]}`` (pycocoevalcap's tokenizer)."""
+    """PTB-tokenize ``{image_id: [sentence, ...]}`` (pycocoevalcap's tokenizer), without its progress line."""
     from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
 
-    return PTBTokenizer().tokenize({k: [{"caption": c} for c in v] for k, v in captions.items()})
+    with _without_tokenizer_progress():
+        return PTBTokenizer().tokenize({k: [{"caption": c} for c in v] for k, v in captions.items()})
 
 
 def score_captions(predictions: Mapping[int, str], references: Mapping[int, Sequence[str]],

@@ -1,3 +1,6 @@
+import subprocess
+import sys
+
 import pytest
 from pycocoevalcap.bleu.bleu import Bleu
 from pycocoevalcap.cider.cider import Cider
@@ -6,6 +9,7 @@ from pycocoevalcap.rouge.rouge import Rouge
 from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
 
 from captioning.data import CaptionCorpus
+from captioning import metrics
 from captioning.metrics import coco_results, score_captions, spice_unavailable_reason
 
 
@@ -42,3 +46,19 @@ def test_input_errors_and_results_format():
         score_captions({1: "a"}, {1: ["a"]}, ["bleurt"])
     assert coco_results({5: "a cat", 2: "a dog"}) == [{"image_id": 2, "caption": "a dog"},
                                                         {"image_id": 5, "caption": "a cat"}]
+
+
+def test_the_java_tokenizer_prints_no_progress_lines(capfd):
+    assert score_captions({1: "a dog runs"}, {1: ["a dog is running", "dog runs"]}, ["bleu"])["Bleu_1"] > 0
+    captured = capfd.readouterr()
+    assert "PTBTokenizer" not in captured.err and "PTBTokenizer" not in captured.out
+
+
+def test_other_lines_on_stderr_stay_visible_while_the_tokenizer_runs(capfd):
+    child = ("import sys; sys.stderr.write('PTBTokenizer tokenized 16 tokens at 119.18 tokens per second.\\n"
+             "Exception in thread main: java.lang.NoClassDefFoundError\\n')")
+    with metrics._without_tokenizer_progress():
+        subprocess.run([sys.executable, "-c", child], check=True)
+        print("python's own warning", file=sys.stderr)
+    assert sorted(capfd.readouterr().err.splitlines()) == ["Exception in thread main: java.lang.NoClassDefFoundError",
+                                                          "python's own warning"]
