@@ -21,6 +21,7 @@ from omegaconf import OmegaConf
 from common.text import Vocabulary
 from common.utils import atomic_write_json, console
 from common.utils.cli import add_runtime_options, runtime_from
+from common.utils.extras import needs_extra
 
 from .config import build_model, data_path, prepared_dir
 from .metrics import METRICS, coco_results, format_scores, score_captions
@@ -121,6 +122,7 @@ def evaluate_checkpoint(path: Path, split: str = "test", beam_size: int = 5, max
     return results
 
 
+@needs_extra("captioning")
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m captioning.evaluate", description=__doc__.split("\n")[0])
     parser.add_argument("checkpoint", type=Path, help="a captioning.train output directory or its best.pt")

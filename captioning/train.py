@@ -23,6 +23,7 @@ from typing import Optional, Sequence
 from common import attention
 from common.utils import console
 from common.utils.cli import overrides_from, training_parser
+from common.utils.extras import needs_extra
 
 from .config import load_config, run_dir
 from .metrics import format_scores
@@ -30,6 +31,7 @@ from .prepare import CaptionDataError
 
 
 @console.interruptible
+@needs_extra("captioning")
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = training_parser("python -m captioning.train", __doc__.split("\n")[0], "captioning/configs/att2in.yaml",
                              "optim.lr=2e-4 train.epochs=10",

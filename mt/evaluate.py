@@ -14,12 +14,14 @@ from typing import Optional, Sequence
 
 from common.utils import atomic_write_json, console, default_data_root
 from common.utils.cli import add_runtime_options, runtime_from
+from common.utils.extras import needs_extra
 from common.utils.paths import DATA_ROOT_ENV
 
 from .data import DataError
 from .text import write_lines
 
 
+@needs_extra("mt")
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m mt.evaluate", description=__doc__.split("\n\n")[0])
     parser.add_argument("run_dir", type=Path, help="a directory written by mt.train")

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from common.utils import default_data_root
+from common.utils.extras import needs_extra
 from common.utils.paths import DATA_ROOT_ENV
 
 from .data import CORPORA, DataError, corpus, default_prepared_dir, prepare_corpus
@@ -136,6 +137,7 @@ def prepare(dataset: str, data_root: Path, out: Optional[Path] = None, num_merge
     return prepare_corpus(spec, source_dir, out, num_merges, progress=say)
 
 
+@needs_extra("mt")
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m mt.prepare", description=__doc__.split("\n\n")[0])
     parser.add_argument("dataset", choices=sorted(CORPORA))

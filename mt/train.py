@@ -17,12 +17,14 @@ from typing import Optional, Sequence
 
 from common.utils import console, default_data_root
 from common.utils.cli import overrides_from, training_parser
+from common.utils.extras import needs_extra
 
 from .config import load_config
 from .data import DataError
 
 
 @console.interruptible
+@needs_extra("mt")
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = training_parser("python -m mt.train", __doc__.split("\n\n")[0], "mt/configs/defaults.yaml",
                              "optim.lr=1e-3 batching.max_tokens=4000", data_root_help="directory holding mt/",

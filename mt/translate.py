@@ -13,10 +13,12 @@ import sys
 from typing import Optional, Sequence
 
 from common.utils.cli import add_runtime_options, runtime_from
+from common.utils.extras import needs_extra
 
 from .data import DataError
 
 
+@needs_extra("mt")
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m mt.translate", description=__doc__.split("\n\n")[0])
     parser.add_argument("run_dir", help="a directory written by mt.train")

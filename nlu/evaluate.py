@@ -19,6 +19,7 @@ from typing import Optional, Sequence
 
 from common.utils import console
 from common.utils.cli import add_runtime_options
+from common.utils.extras import needs_extra
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -63,6 +64,7 @@ def _write_predictions(path: Path, spec, predictions) -> Path:
 
 
 @console.interruptible
+@needs_extra("nlu")
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     run = Path(args.run)

@@ -16,6 +16,7 @@ from typing import Optional, Sequence
 
 from common.utils import console
 from common.utils.cli import overrides_from, training_parser
+from common.utils.extras import needs_extra
 
 from .config import PRESETS, load_config
 from .tasks import TASKS
@@ -42,6 +43,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 
 
 @console.interruptible
+@needs_extra("nlu")
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     overrides = overrides_from(args, {"task": args.task, "model": args.model, "attention.name": args.attention,

@@ -17,6 +17,7 @@ from typing import Optional, Sequence
 
 from common.utils import console
 from common.utils.cli import add_runtime_options
+from common.utils.extras import needs_extra
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -45,6 +46,7 @@ def checkpoints(run: Path) -> list[Path]:
 
 
 @console.interruptible
+@needs_extra("tagging")
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     run = Path(args.run)

@@ -16,6 +16,7 @@ from typing import Optional, Sequence
 from common.utils import console
 from common.utils.cli import overrides_from, training_parser
 from common.utils.config import place_demo
+from common.utils.extras import needs_extra
 
 from .config import VARIANT_NAMES, load_config
 
@@ -42,6 +43,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 
 
 @console.interruptible
+@needs_extra("tagging")
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     overrides = overrides_from(args, {"treebank": args.treebank, "variant": args.variant,

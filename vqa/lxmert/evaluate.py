@@ -20,6 +20,7 @@ from omegaconf import OmegaConf
 
 from common.utils import atomic_write_json, console
 from common.utils.cli import add_runtime_options, runtime_from
+from common.utils.extras import needs_extra
 from vqa.answers import AnswerVocab, answers_of
 from vqa.evaluation import format_answer_types, vqa_accuracy, write_submission
 
@@ -100,6 +101,7 @@ def evaluate_run(run_dir: Path, split: Optional[str] = None, data_root: Optional
     return record
 
 
+@needs_extra("lxmert")
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m vqa.lxmert.evaluate", description=__doc__.split("\n")[0])
     parser.add_argument("run", nargs="?", type=Path, help="output directory of python -m vqa.lxmert.train")

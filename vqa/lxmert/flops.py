@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Dict, Optional, Sequence
 
 from common.utils import atomic_write_json, console
+from common.utils.extras import needs_extra
 
 if TYPE_CHECKING:  # torch, transformers and the model are imported once the command line has been parsed
     import torch
@@ -83,6 +84,7 @@ def pretrained_shape() -> LxmertConfig:
     return LxmertConfig()
 
 
+@needs_extra("lxmert")
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m vqa.lxmert.flops", description=__doc__.split("\n")[0])
     parser.add_argument("--out", help="also write the report (config, versions) to this JSON file")

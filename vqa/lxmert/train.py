@@ -20,6 +20,7 @@ from typing import Optional, Sequence
 
 from common.utils import console
 from common.utils.cli import overrides_from, training_parser
+from common.utils.extras import needs_extra
 
 from .config import default_out_dir, load_config
 
@@ -38,6 +39,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 
 
 @console.interruptible
+@needs_extra("lxmert")
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     overrides = overrides_from(args, {"model.pretrained": args.pretrained})
