@@ -50,12 +50,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     # the config is valid: now torch, the features and the model
     from common.features import RegionFeatureError
-    from common.utils.runtime import DeviceError
+    from common.utils.runtime import DeviceError, resolve_device
 
     from .evaluate import evaluate_checkpoint
     from .training import run, write_demo_data
 
     try:
+        resolve_device(cfg.device)  # a missing GPU is said first, before the demo's data
         if args.demo:
             write_demo_data(cfg)
         results = run(cfg, progress=not args.no_progress)

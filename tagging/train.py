@@ -56,14 +56,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    if args.demo:
-        from .fixtures import DEMO_TREEBANK, write_demo_treebank
+    from common.utils.runtime import resolve_device
 
-        write_demo_treebank(Path(cfg.data_root))
-        cfg.treebank = DEMO_TREEBANK
     from .training import RUN_ERRORS, default_out_dir, run
 
     try:
+        resolve_device(cfg.device)  # a missing GPU is said first, before the demo's treebank
+        if args.demo:
+            from .fixtures import DEMO_TREEBANK, write_demo_treebank
+
+            write_demo_treebank(Path(cfg.data_root))
+            cfg.treebank = DEMO_TREEBANK
         results = run(cfg, progress=not args.no_progress)
     except RUN_ERRORS as err:
         print(f"error: {err}", file=sys.stderr)

@@ -47,13 +47,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     # the config is valid: now torch, the data and the model
-    from common.utils.runtime import DeviceError
+    from common.utils.runtime import DeviceError, resolve_device
 
     from .data import VQADataError
     from .evaluation import format_answer_types
     from .training import run
 
     try:
+        resolve_device(cfg.device)  # a missing GPU is said first, before the demo's banner and data
         if args.demo:
             from .fixtures import write_demo_data
 

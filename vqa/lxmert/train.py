@@ -49,13 +49,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     # the config is valid: now torch, transformers, the data and the model
-    from common.utils.runtime import DeviceError
+    from common.utils.runtime import DeviceError, resolve_device
     from vqa.data import VQADataError
     from vqa.evaluation import format_answer_types
 
     from .training import run, write_demo_data
 
     try:
+        resolve_device(cfg.device)  # a missing GPU is said first, before the demo's banner and data
         if args.demo:
             write_demo_data(cfg)
             console.say(f"demo: a tiny LXMERT ({cfg.variant}) with RANDOM weights, not the pretrained checkpoint, on "
