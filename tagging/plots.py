@@ -19,22 +19,38 @@ def _pyplot():
     return plt
 
 
-def plot_curves(per_seed: Sequence[dict], label: str, path: Path) -> Path:
-    """Dev accuracy (all words) against updates for each seed, with the best epoch marked."""
+#: Seeds are drawn in these styles, in turn, so that a seed whose curve runs along another's still shows.
+SEED_STYLES = (("-", "o"), ("--", "s"), ("-.", "^"), (":", "D"), ((0, (5, 1, 1, 1)), "v"))
+
+
+def curves_figure(per_seed: Sequence[dict], label: str, treebank: str):
+    """The figure of :func:`plot_curves`. Each seed has its own line style and hollow marker
+    (:data:`SEED_STYLES`); a seed drawn later is thinner, so that one drawn before it still shows around it
+    where their curves coincide; a star of the seed's colour marks its best epoch."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
-    for record in per_seed:
-        curve = record["curve"]
-        line, = ax.plot([p["step"] for p in curve], [p["dev_acc"] for p in curve], label=f"seed {record['seed']}")
+    for i, record in enumerate(per_seed):
+        curve, (linestyle, marker), width = record["curve"], SEED_STYLES[i % len(SEED_STYLES)], max(0.8, 3 - 0.6 * i)
+        line, = ax.plot([p["step"] for p in curve], [p["dev_acc"] for p in curve], linestyle=linestyle,
+                        linewidth=width, marker=marker, markersize=3 + 2 * width, markerfacecolor="none",
+                        markevery=max(1, len(curve) // 8), alpha=0.8, label=f"seed {record['seed']}")
         best = next(p for p in curve if p["epoch_end"] and p["epoch"] == record["best_epoch"])
-        ax.plot(best["step"], best["dev_acc"], "o", color=line.get_color())
-    ax.plot([], [], "o", color="grey", label="best epoch (tested)")
+        ax.plot(best["step"], best["dev_acc"], "*", markersize=6 + 3 * width, color=line.get_color(),
+                markeredgecolor="black", markeredgewidth=0.5)
+    ax.plot([], [], "*", markersize=10, color="grey", markeredgecolor="black", markeredgewidth=0.5,
+            label="best epoch (tested)")
     ax.set_xlabel("updates")
     ax.set_ylabel("dev accuracy, all words (%)")
-    ax.set_title(label)
+    ax.set_title(f"{label} on {treebank}")
     ax.legend(loc="lower right")
     fig.tight_layout()
-    return atomic_save_figure(fig, path)
+    return fig
+
+
+def plot_curves(per_seed: Sequence[dict], label: str, treebank: str, path: Path) -> Path:
+    """Dev accuracy (all words) against updates for each seed on ``treebank``, the best epoch marked; saved
+    to ``path``."""
+    return atomic_save_figure(curves_figure(per_seed, label, treebank), path)
 
 
 def mean_curve(curves: Sequence[Sequence[dict]], grid: np.ndarray) -> np.ndarray:

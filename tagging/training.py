@@ -253,7 +253,7 @@ def run(cfg: DictConfig, progress: bool = True) -> dict:
                             per_seed=per_seed)
     from .plots import plot_curves
 
-    record["plots"] = [str(plot_curves(per_seed, label, out_dir / "curves.png"))]
+    record["plots"] = [str(plot_curves(per_seed, label, treebank.name, out_dir / "curves.png"))]
     atomic_write_json(out_dir / "results.json", record)
     return record
 
