@@ -131,6 +131,19 @@ def test_a_tiny_random_bert_overfits_16_real_rte_pairs(rte16, tmp_path, capsys, 
     assert [(r["step"], r["epoch"]) for r in dev] == [(e * PER_EPOCH, e) for e in range(1, 17)]
 
 
+@pytest.mark.realdata
+def test_the_files_written_are_every_file_of_the_run(rte16, tmp_path, capsys, monkeypatch):
+    model, data_root = rte16
+    monkeypatch.chdir(tmp_path)
+    code = cli("--task", "RTE", "--model", str(model), "--data-root", str(data_root), "--out", "run", "--seeds", "2",
+               "train.epochs=1", "train.batch_size=8")
+    assert code == 0, capsys.readouterr().err
+    listed = capsys.readouterr().out.split("files written:\n", 1)[1].split()
+    written = [f"run/{path.name}{'/' if path.is_dir() else ''}" for path in (tmp_path / "run").iterdir()]
+    assert sorted(listed) == sorted(written) == ["run/config.json", "run/results.json", "run/seed0.json", "run/seed0/",
+                                                 "run/seed1.json", "run/seed1/"]
+
+
 # ------------------------------------------------------------------------------------------------- resume ----
 RESUME = ("attention.name=bam-wc", "train.epochs=3", "optim.lr=5e-3")  # BAM-WC samples: the RNG must be restored
 
