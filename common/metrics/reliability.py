@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Union
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -42,6 +43,44 @@ def reliability_bins(probs: Tensor, targets: Tensor, num_bins: int = 15) -> Reli
     return ReliabilityBins(count, conf_sum / safe, acc_sum / safe)
 
 
+#: How the gap between a bin's accuracy and its mean confidence is drawn (translucent, hatched).
+GAP_STYLE = dict(color="tab:red", alpha=0.3, edgecolor="tab:red", hatch="//")
+
+
+def reliability_figure(bins: ReliabilityBins, title: Optional[str] = None):
+    """The reliability diagram of ``bins``: accuracy bars, the gap to each bin's mean confidence and the diagonal.
+
+    The gap lies above the bar where a bin is overconfident and over the bar's top where it is
+    underconfident, which tints the bar there; the legend shows each of the two as it is drawn.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    num_bins = len(bins.count)
+    edges = torch.linspace(0, 1, num_bins + 1)
+    centres, width = ((edges[:-1] + edges[1:]) / 2).numpy(), 1 / num_bins
+    filled = (bins.count > 0).numpy()
+    accuracy, confidence = bins.accuracy.numpy(), bins.confidence.numpy()
+    fig, ax = plt.subplots(figsize=(4.5, 4.5), dpi=120)
+    diagonal, = ax.plot([0, 1], [0, 1], "k--", linewidth=1)
+    bars = ax.bar(centres[filled], accuracy[filled], width=width, edgecolor="black", color="tab:blue")
+    handles, labels = [diagonal, bars], ["perfect calibration", "accuracy"]
+    for kind, where in (("overconfident", filled & (confidence > accuracy)),
+                        ("underconfident", filled & (accuracy > confidence))):
+        if where.any():
+            gap = ax.bar(centres[where], abs(confidence - accuracy)[where],
+                         bottom=np.minimum(accuracy, confidence)[where], width=width, **GAP_STYLE)
+            handles.append(gap if kind == "overconfident" else (bars, gap))  # a tuple: the gap over the bar
+            labels.append(f"gap to mean confidence ({kind})")
+    ax.set(xlim=(0, 1), ylim=(0, 1), xlabel="confidence", ylabel="accuracy",
+           title=title or f"Reliability (ECE {100 * bins.ece:.2f}%)")
+    ax.legend(handles, labels, loc="upper left", fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
 def plot_reliability(
     probs: Tensor,
     targets: Tensor,
@@ -49,29 +88,11 @@ def plot_reliability(
     num_bins: int = 15,
     title: Optional[str] = None,
 ) -> ReliabilityBins:
-    """Draw the reliability diagram of ``probs`` to a PNG at ``path`` and return its bins."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    """Draw the reliability diagram of ``probs`` (:func:`reliability_figure`) to a PNG at ``path``; its bins."""
     bins = reliability_bins(probs, targets, num_bins)
-    edges = torch.linspace(0, 1, num_bins + 1)
-    centres = ((edges[:-1] + edges[1:]) / 2).numpy()
-    filled = (bins.count > 0).numpy()
-    fig, ax = plt.subplots(figsize=(4.5, 4.5), dpi=120)
-    ax.bar(centres[filled], bins.accuracy.numpy()[filled], width=1 / num_bins, edgecolor="black",
-           color="tab:blue", label="accuracy")
-    # the gap spans accuracy to confidence: above the bar when overconfident, over its top when underconfident
-    low = torch.minimum(bins.accuracy, bins.confidence).numpy()[filled]
-    ax.bar(centres[filled], (bins.confidence - bins.accuracy).abs().numpy()[filled], bottom=low,
-           width=1 / num_bins, color="tab:red", alpha=0.3, edgecolor="tab:red", hatch="//",
-           label="gap to mean confidence")
-    ax.plot([0, 1], [0, 1], "k--", linewidth=1, label="perfect calibration")
-    ax.set(xlim=(0, 1), ylim=(0, 1), xlabel="confidence", ylabel="accuracy",
-           title=title or f"Reliability (ECE {100 * bins.ece:.2f}%)")
-    ax.legend(loc="upper left", fontsize=8)
-    fig.tight_layout()
+    fig = reliability_figure(bins, title)
+    import matplotlib.pyplot as plt  # imported by reliability_figure, with the Agg backend
+
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
     plt.close(fig)
