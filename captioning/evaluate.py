@@ -6,7 +6,9 @@ Loads ``best.pt`` of a ``captioning.train`` run (or the checkpoint given), decod
 of the split (beam search, self-critical's evaluation setting: beam 5, at most 16 words),
 and writes beside the checkpoint ``captions_<split>.json`` (the COCO results format,
 ``[{"image_id", "caption"}]``) and ``results_<split>.json`` (BLEU-1..4, METEOR, ROUGE-L,
-CIDEr, SPICE when installed, with the config and library versions).
+CIDEr, SPICE when installed, with the config and library versions). It names the checkpoint scored and,
+where training has not finished (no ``results.json`` beside it), says so and marks ``results_<split>.json``
+(``finished``, ``unfinished_seeds``).
 """
 from __future__ import annotations
 
@@ -61,10 +63,14 @@ def caption_images(model: Att2in, dataset: CaptionDataset, vocab: Vocabulary, be
     return captions
 
 
+def checkpoint_file(path: Path) -> Path:
+    """``path``, or the ``best.pt`` of a run directory."""
+    return path / "best.pt" if path.is_dir() else path
+
+
 def load_checkpoint(path: Path) -> tuple[Att2in, dict, Vocabulary]:
     """Model, checkpoint dict and vocabulary of a ``best.pt`` written by ``captioning.train``."""
-    if path.is_dir():
-        path = path / "best.pt"
+    path = checkpoint_file(path)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint {path} does not exist; pass a `python -m captioning.train` output "
                                 f"directory or its best.pt")
@@ -90,12 +96,15 @@ def evaluate_checkpoint(path: Path, split: str = "test", beam_size: int = 5, max
 
     from common.features import RegionFeatureStore
     from common.utils import results_record
+    from common.utils.runs import ScoredSeed, unfinished_seeds
     from common.utils.runtime import Runtime
 
     from .data import CaptionCorpus, CaptionDataset
 
     runtime = runtime or Runtime(torch.device("cpu"))
     model, checkpoint, vocab = load_checkpoint(path)
+    scored = ScoredSeed.of(checkpoint["config"]["seed"], checkpoint_file(path),
+                           checkpoint_file(path).parent / "results.json")
     model.to(runtime.device)
     cfg = OmegaConf.create(checkpoint["config"])
     if data_root is not None:
@@ -114,7 +123,8 @@ def evaluate_checkpoint(path: Path, split: str = "test", beam_size: int = 5, max
     scores = score_captions(captions, corpus.references(images), metrics)
     out_dir = (path if path.is_dir() else path.parent)
     atomic_write_json(out_dir / f"captions_{split}.json", coco_results(captions))
-    results = results_record(checkpoint["config"], checkpoint=str(path), split=split, images=len(images),
+    results = results_record(checkpoint["config"], **scored.record(), unfinished_seeds=unfinished_seeds([scored]),
+                             split=split, images=len(images),
                              beam_size=beam_size, length_penalty=length_penalty, max_length=max_length, scores=scores,
                              decode_seconds=decode_seconds, images_per_second=len(images) / decode_seconds,
                              runtime=runtime.describe())
@@ -138,6 +148,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
     from common.features import RegionFeatureError
+    from common.utils.runs import ScoredSeed, print_unfinished
     from common.utils.runtime import DeviceError
 
     try:
@@ -147,9 +158,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except (FileNotFoundError, CaptionDataError, RegionFeatureError, DeviceError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    scored = ScoredSeed.from_record(results)
+    console.say(scored.line())
     print(f"{args.split} ({results['images']} images, beam {args.beam_size}): {format_scores(results['scores'])}")
     for name, reason in results["scores"].get("skipped", {}).items():
         print(f"note: {reason}")
+    print_unfinished([scored], [], "python -m captioning.train")
     out_dir = args.checkpoint if args.checkpoint.is_dir() else args.checkpoint.parent
     console.files_written([out_dir / f"captions_{args.split}.json", out_dir / f"results_{args.split}.json"])
     return 0

@@ -9,6 +9,10 @@ test nodes are predicted N times with attention sampling on (and dropout, unless
 ``--no-mc-dropout``) and the report adds the MC accuracy, PAvPU (the BAM paper's t-test
 version and the entropy-threshold version) and the expected calibration error.
 
+A ``seed<k>.pt`` is written when its seed's training ends, so every checkpoint scored is a finished seed; the
+seeds of the run (its config's ``seeds`` from ``first_seed``) that have none are named as unfinished, on the
+terminal and in the report (``finished`` per checkpoint, ``unfinished_seeds``).
+
 The report goes to ``<run>/evaluation[_seed<k>][_mc<N>].json`` (or ``--out``) and the
 reliability diagram of the test predictions of every checkpoint together (MC-mean
 probabilities with ``--mc-samples``, else the eval-mode ones) next to it as
@@ -204,6 +208,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     import torch
 
     from common.utils import results_record
+    from common.utils.runs import ScoredSeed, planned_seeds, print_unfinished, unfinished_seeds
     from common.utils.runtime import DeviceError
 
     from .training import summarize
@@ -213,12 +218,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             raise ValueError(f"--mc-samples {args.mc_samples}: expected 0 (none) or at least 2")
         runtime = runtime_from(args)
         paths = checkpoints_in(args.checkpoint)
-        reports, data_cache, predictions = [], {}, []
+        reports, scored, data_cache, predictions = [], [], {}, []
         for path in console.progress(paths, desc="checkpoint", unit="checkpoint"):
             report = evaluate_checkpoint(path, args.data_root, args.mc_samples, not args.no_mc_dropout,
                                          args.p_threshold, args.entropy_threshold, args.seed, data_cache, runtime,
                                          predictions)
-            reports.append(report)
+            scored.append(ScoredSeed(report["seed"], path, finished=True))  # a seed<k>.pt is a finished seed
+            reports.append({**report, **scored[-1].record()})
             mc = report.get("mc")
             console.say(f"{path}: test acc {100 * report['test']['acc']:.2f}"
                         + (f" | MC acc {100 * mc['acc']:.2f} PAvPU(t-test) {100 * mc['pavpu_ttest']:.2f} "
@@ -226,6 +232,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except (FileNotFoundError, DeviceError, ValueError) as err:  # PlanetoidDataError is a FileNotFoundError
         print(f"error: {err}", file=sys.stderr)
         return 2
+    planned = planned_seeds(load_checkpoint(paths[0])["config"]) if args.checkpoint.is_dir() else []
     probs = torch.cat([p for p, _ in predictions])
     targets = torch.cat([t for _, t in predictions])
     out, figure = report_paths(args.checkpoint, args.mc_samples, args.out)
@@ -248,11 +255,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                            "p_threshold": args.p_threshold,
                                            "entropy_threshold": args.entropy_threshold},
                                           summary=summary, checkpoints=reports,
+                                          unfinished_seeds=unfinished_seeds(scored, planned),
                                           reliability={"figure": str(figure), "ece_pooled": bins.ece,
                                                        "mean_confidence_pooled": mean_confidence,
                                                        "bins": {"count": bins.count.tolist(),
                                                                 "confidence": bins.confidence.tolist(),
                                                                 "accuracy": bins.accuracy.tolist()}}))
+    print_unfinished(scored, planned, "python -m graphattn.train")
     console.files_written([out, figure])
     return 0
 

@@ -3,7 +3,9 @@
     python -m mt.evaluate runs/mt/multi30k/lstm-cpu --split test_2016_flickr [--beam 5] [--average 5]
 
 Writes ``<run>/eval_<split>[_avg<N> | _step_<S>]_beam<K>.json`` (BLEU both ways, the SacreBLEU
-signature, sentences/s, config and versions) and the hypotheses beside it (``.hyp.txt``).
+signature, sentences/s, config and versions) and the hypotheses beside it (``.hyp.txt``). It names the
+checkpoint(s) scored and, where training has not finished (no ``results.json``), says so and marks the JSON
+(``finished``, ``unfinished_seeds``).
 """
 from __future__ import annotations
 
@@ -39,7 +41,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from common.utils import results_record
     from common.utils.runtime import DeviceError
 
-    from .run import RunFiles, load_model
+    from common.utils.runs import ScoredSeed, print_unfinished, unfinished_seeds
+
+    from .run import RunFiles, load_model, weights_of
     from .translation import bleu_on_split
 
     try:
@@ -47,12 +51,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         files = RunFiles(args.run_dir)
         cfg = files.config()
         model = load_model(files, average_last=args.average, checkpoint=args.checkpoint).to(runtime.device)
+        weights = weights_of(files, args.average, args.checkpoint)
+        scored = ScoredSeed.of(cfg["seed"], weights, files.dir / "results.json")
         prepared = files.prepared(default_data_root(args.data_root))
     except (DataError, DeviceError, FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     beam = args.beam or cfg["eval"]["beam"]
     lp = cfg["eval"]["length_penalty"] if args.length_penalty is None else args.length_penalty
+    console.say(scored.line())
     written = []
     for split in args.split or cfg["data"]["test_splits"]:
         try:
@@ -67,10 +74,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         write_lines(files.dir / f"{name}.hyp.txt", result.pop("hypotheses"))
         atomic_write_json(files.dir / f"{name}.json", results_record(
             cfg, **result, beam=beam, length_penalty=lp, average_last=args.average, runtime=runtime.describe(),
-            checkpoint=str(args.checkpoint) if args.checkpoint else None))
+            **scored.record(), unfinished_seeds=unfinished_seeds([scored])))
         print(f"{split}: BLEU {result['bleu']:.2f} (tokenised, lowercased) | SacreBLEU {result['sacrebleu']:.2f} "
               f"{result['sacrebleu_signature']} | {result['sentences_per_second']:.1f} sentences/s")
         written += [files.dir / f"{name}.json", files.dir / f"{name}.hyp.txt"]
+    print_unfinished([scored], [], "python -m mt.train")
     console.files_written(written)
     return 0
 

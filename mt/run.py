@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple, Union
 
 import torch
 from torch import nn
@@ -71,24 +71,34 @@ def new_model(cfg: dict, src_vocab: Vocabulary, tgt_vocab: Vocabulary) -> nn.Mod
     return build_model(cfg["model"], len(src_vocab), len(tgt_vocab), src_vocab.pad, tgt_vocab.pad)
 
 
-def load_model(files: RunFiles, average_last: Optional[int] = None, checkpoint: Optional[Path] = None) -> nn.Module:
-    """The run's model in eval mode: ``best.pt``, the mean of the last ``average_last``
-    checkpoints, or the weights of one ``checkpoint`` file."""
-    src, tgt = files.vocabs()
-    model = new_model(files.config(), src, tgt)
+def weights_of(files: RunFiles, average_last: Optional[int] = None,
+               checkpoint: Optional[Path] = None) -> Union[Path, Tuple[Path, ...]]:
+    """The file(s) whose weights :func:`load_model` reads: ``checkpoint``, the last ``average_last``
+    checkpoints (a tuple) or ``best.pt``; a clear error when they are missing."""
     if checkpoint is not None:
         if not Path(checkpoint).is_file():
             raise FileNotFoundError(f"checkpoint {checkpoint} does not exist; the run has {files.checkpoints()}")
-        model.load_state_dict(torch.load(checkpoint, map_location="cpu", weights_only=False)["model"])
-    elif average_last and average_last > 1:
+        return Path(checkpoint)
+    if average_last and average_last > 1:
         paths = files.checkpoints()[-average_last:]
         if len(paths) < average_last:
             raise FileNotFoundError(f"{files.dir}/checkpoints holds {len(paths)} checkpoints, fewer than "
                                     f"--average {average_last}")
-        model.load_state_dict(average_state_dicts(paths))
+        return tuple(paths)
+    best = files.dir / "best.pt"
+    if not best.is_file():
+        raise FileNotFoundError(f"{best} is missing: training has not validated yet (or was not started)")
+    return best
+
+
+def load_model(files: RunFiles, average_last: Optional[int] = None, checkpoint: Optional[Path] = None) -> nn.Module:
+    """The run's model in eval mode: ``best.pt``, the mean of the last ``average_last``
+    checkpoints, or the weights of one ``checkpoint`` file (:func:`weights_of`)."""
+    src, tgt = files.vocabs()
+    model = new_model(files.config(), src, tgt)
+    weights = weights_of(files, average_last, checkpoint)
+    if isinstance(weights, tuple):
+        model.load_state_dict(average_state_dicts(list(weights)))
     else:
-        best = files.dir / "best.pt"
-        if not best.is_file():
-            raise FileNotFoundError(f"{best} is missing: training has not validated yet (or was not started)")
-        model.load_state_dict(torch.load(best, map_location="cpu", weights_only=False)["model"])
+        model.load_state_dict(torch.load(weights, map_location="cpu", weights_only=False)["model"])
     return model.eval()

@@ -7,7 +7,9 @@ RUN_DIR is an ``nlu.train`` output directory: each ``seed<k>`` is scored with th
 checkpoint (the end of training once it finished). The task, the checkpoint the run started from and the
 attention come from the run's ``config.json``; ``--model`` points at that checkpoint elsewhere. Test labels are
 private, so ``--split test`` writes the files the GLUE server takes (``index<TAB>prediction``: label names,
-STS-B scores clipped to [0, 5]). Writes ``<RUN_DIR>/evaluation-<split>.json``.
+STS-B scores clipped to [0, 5]). Writes ``<RUN_DIR>/evaluation-<split>.json``. A seed whose training has not
+finished (no ``seed<k>.json``) is scored at its newest checkpoint and named as unfinished, on the terminal and in
+the JSON (``finished`` per seed, ``unfinished_seeds``), with the seeds of the run that have no checkpoint.
 """
 from __future__ import annotations
 
@@ -81,7 +83,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     from common.utils import atomic_write_json, default_data_root, results_record
     from common.utils.cli import runtime_from
-    from common.utils.runs import mean_std
+    from common.utils.runs import ScoredSeed, mean_std, planned_seeds, print_unfinished, unfinished_seeds
 
     from .data import read_split
     from .metrics import compute_metrics
@@ -98,13 +100,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         split = read_split(spec, args.split, default_data_root(args.data_root or cfg.data_root))
         encoded = encode(tokenizer, split, cfg.data.max_length)
         options = {"normalizer": cfg.attention.name, "normalizer_options": dict(cfg.attention.options)}
-        per_seed, written = [], []
+        per_seed, scored, written = [], [], []
         for seed, path in checkpoints:
+            scored.append(ScoredSeed.of(seed, path, run / f"seed{seed}.json"))
+            console.say(scored[-1].line())
             model, _ = load_classifier(model_dir, spec, options)
             model.load_state_dict(torch.load(path, map_location="cpu", weights_only=False)["model"])
             predictions = predict(model.to(runtime.device), tokenizer, spec, encoded, runtime, args.batch_size,
                                   args.mc_samples)
-            record = {"seed": seed, "checkpoint": str(path)}
+            record = scored[-1].record()
             if args.split == "dev":
                 record.update({k: 100 * v for k, v in compute_metrics(spec, predictions, split.labels).items()})
                 print(f"seed {seed}: {spec.name} dev " + ", ".join(f"{k} {record[k]:.2f}" for k in spec.metrics))
@@ -115,13 +119,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except RUN_ERRORS as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    planned = planned_seeds(cfg)
     summary = {} if args.split == "test" else {m: mean_std([r[m] for r in per_seed]) for m in spec.metrics}
     out = atomic_write_json(run / f"evaluation-{args.split}.json",
                             results_record({"split": args.split, "mc_samples": args.mc_samples}, task=spec.name,
-                                           per_seed=per_seed, runtime=runtime.describe(), **summary))
+                                           per_seed=per_seed, runtime=runtime.describe(),
+                                           unfinished_seeds=unfinished_seeds(scored, planned), **summary))
     if summary:
         print(f"{spec.name} dev: " + ", ".join(f"{m} {s['mean']:.2f} +- {s['std']:.2f}" for m, s in summary.items())
               + f" over {len(per_seed)} seed(s)")
+    print_unfinished(scored, planned, "python -m nlu.train")
     console.files_written([out, *written])
     return 0
 

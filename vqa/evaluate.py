@@ -17,7 +17,9 @@ uncertainty (PAvPU, ECE, reliability plot).
   (BAM App. C.2.1). PAvPU = (accurate & certain + inaccurate & uncertain) / N. ECE and the
   reliability diagram use the mean score of the predicted answer as its confidence.
 
-The report goes to ``<run>/eval_<split>.json`` (or ``--out``), the plots beside it.
+The report goes to ``<run>/eval_<split>.json`` (or ``--out``), the plots beside it. It names the checkpoint
+scored (the newest) and, where training has not finished (no ``results.json`` in the run), says so and marks the
+report (``finished``, ``unfinished_seeds``).
 """
 from __future__ import annotations
 
@@ -121,7 +123,8 @@ def evaluate_run(run_dir: Path, split: Optional[str] = None, data_root: Optional
     import torch
     from torch.utils.data import DataLoader
 
-    from common.utils import results_record, seed_everything
+    from common.utils import Checkpointer, results_record, seed_everything
+    from common.utils.runs import ScoredSeed, unfinished_seeds
     from common.utils.runtime import Runtime
 
     from .data import QuestionEncoder, VQADataset, load_split, split_inputs
@@ -129,6 +132,8 @@ def evaluate_run(run_dir: Path, split: Optional[str] = None, data_root: Optional
 
     runtime = runtime or Runtime(torch.device("cpu"))
     cfg, vocab, answers, model, epoch = load_run(run_dir, data_root)
+    newest = Checkpointer(run_dir).paths()[-1]  # the checkpoint load_run read
+    scored = ScoredSeed.of(cfg.seed, newest, run_dir / "results.json")
     split = split or cfg.data.eval_split
     check_inputs(split_inputs(cfg, split))  # every missing file of the split in one line
     questions, annotations, store = load_split(cfg, split)
@@ -138,8 +143,9 @@ def evaluate_run(run_dir: Path, split: Optional[str] = None, data_root: Optional
                         num_workers=cfg.train.num_workers, pin_memory=runtime.pin_memory)
     out = out or run_dir / f"eval_{split}.json"
     model.to(runtime.device)
-    report: Dict = {"run": str(run_dir), "split": split, "epoch": epoch, "attention": cfg.attention.name,
-                    "rules": rules, "conditions": {}}
+    report: Dict = {"run": str(run_dir), "split": split, "epoch": epoch, **scored.record(),
+                    "unfinished_seeds": unfinished_seeds([scored]), "attention": cfg.attention.name, "rules": rules,
+                    "conditions": {}}
     by_question = {a["question_id"]: a for a in annotations} if annotations is not None else None
     for std in [0.0, *noise_std]:
         name = "clean" if std == 0 else f"noise_{std:g}"
@@ -194,6 +200,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--out", type=Path, help="report JSON (default <run>/eval_<split>.json)")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
+    from common.utils.runs import ScoredSeed, print_unfinished
     from common.utils.runtime import DeviceError
 
     from .data import VQADataError
@@ -205,6 +212,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except (FileNotFoundError, VQADataError, DeviceError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    scored = ScoredSeed.from_record(report)
+    console.say(scored.line())
     written = [report["report_file"]]
     for name, condition in report["conditions"].items():
         line = f"{report['split']} {name}:"
@@ -216,6 +225,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             line += f" | MC accuracy {mc['accuracy']['overall']:.2f} PAvPU {mc['pavpu']:.2f} ECE {mc['ece']:.2f}"
         print(line)
         written += [condition["results_file"], *([condition["mc"]["reliability_plot"]] if "mc" in condition else [])]
+    print_unfinished([scored], [], "python -m vqa.train")
     console.files_written(written)
     return 0
 

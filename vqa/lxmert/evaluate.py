@@ -6,7 +6,9 @@ Reads the run's ``config.json``, ``lxmert_config.json``, ``answers.json`` and ne
 Writes ``<run>/<split>_predictions.json`` (``[{"question_id", "answer"}]``, the format the VQA
 evaluation server takes for test-dev/test-std) and ``<run>/eval_<split>.json`` (official accuracy
 when the split has annotations, FLOPs per question, which layers ran, config and versions). The
-span/alpha plots are redrawn from ``metrics.jsonl``.
+span/alpha plots are redrawn from ``metrics.jsonl``. It names the checkpoint scored and, where training has not
+finished (no ``results.json`` in the run), says so and marks ``eval_<split>.json`` (``finished``,
+``unfinished_seeds``).
 """
 from __future__ import annotations
 
@@ -61,6 +63,7 @@ def evaluate_run(run_dir: Path, split: Optional[str] = None, data_root: Optional
     from torch.utils.data import DataLoader
 
     from common.utils import results_record
+    from common.utils.runs import ScoredSeed, unfinished_seeds
     from common.utils.runtime import Runtime
     from vqa.data import VQADataset, data_path, load_split
 
@@ -71,6 +74,7 @@ def evaluate_run(run_dir: Path, split: Optional[str] = None, data_root: Optional
     runtime = runtime or Runtime(torch.device("cpu"))
     run_dir = Path(run_dir)
     cfg, answers, model, checkpoint = load_run(run_dir, data_root)
+    scored = ScoredSeed.of(cfg.seed, checkpoint, run_dir / "results.json")
     split = split or cfg.data.eval_split
     if not split:
         raise ValueError("the run has no data.eval_split; pass --split")
@@ -91,7 +95,8 @@ def evaluate_run(run_dir: Path, split: Optional[str] = None, data_root: Optional
         if (run_dir / "metrics.jsonl").is_file():
             plot_head_values(run_dir / "metrics.jsonl", kind, run_dir / f"{kind}s.png")
     record = results_record(
-        OmegaConf.to_container(cfg), split=split, checkpoint=str(checkpoint), questions=len(dataset),
+        OmegaConf.to_container(cfg), split=split, **scored.record(), unfinished_seeds=unfinished_seeds([scored]),
+        questions=len(dataset),
         accuracy=vqa_accuracy(annotations, predictions).summary() if annotations is not None else None,
         pruned=prune and adaptation.layerdrop.active,
         layers_pruned_per_stack=kept if prune and adaptation.layerdrop.active else None,
@@ -122,6 +127,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         args.run = args.run_option
     if args.run is None:
         parser.error("the run directory (an output directory of python -m vqa.lxmert.train) is required")
+    from common.utils.runs import ScoredSeed, print_unfinished
     from common.utils.runtime import DeviceError
     from vqa.data import VQADataError
 
@@ -131,10 +137,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except (VQADataError, DeviceError, FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    scored = ScoredSeed.from_record(record)
+    console.say(scored.line())
     accuracy = record["accuracy"]
     summary = (f"accuracy {accuracy['overall']:.2f} ({format_answer_types(accuracy['per_answer_type'])})" if accuracy
                else "no annotations (predictions only)")
     print(f"{record['split']}: {record['questions']} questions, {summary}")
+    print_unfinished([scored], [], "python -m vqa.lxmert.train")
     console.files_written([args.run / f"eval_{record['split']}.json", args.run / f"{record['split']}_predictions.json"])
     return 0
 
