@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, List, Optional, Union
 
+from common.utils.inputs import blank_content
+
 from .tasks import SCORE_RANGE, TaskSpec, get_task
 
 _FIX_DOWNLOAD = ("get the official files with download_glue_data.py (glue_data/<TASK>/) or see section 7 of the "
@@ -106,6 +108,10 @@ def _label(spec: TaskSpec, path: Path, line: int, value: str) -> Union[int, floa
     return spec.labels.index(value)
 
 
+def _no_examples(spec: TaskSpec, split: str, path: Path, reason: str) -> GlueFormatError:
+    return GlueFormatError(f"{path}: no {spec.name} {split} examples: {reason}; {_FIX_DOWNLOAD}")
+
+
 def read_split(task, split: str, data_root: Optional[Union[str, Path]] = None) -> GlueSplit:
     """Read ``split`` (train, dev or test) of ``task``; see the module docstring for where files are looked for."""
     spec = get_task(task)
@@ -125,6 +131,9 @@ def read_split(task, split: str, data_root: Optional[Union[str, Path]] = None) -
             raise GlueFormatError(f"{path}:{reader.line_num}: row: {err}; {_FIX_QUOTING}") from None
         line = reader.line_num
         if len(row) != layout.columns:
+            blank = not row and not numbers and blank_content(path, layout.header)  # nothing but blank lines?
+            if blank:
+                raise _no_examples(spec, split, path, blank)
             what = "a blank line" if not row else f"{len(row)}"
             raise GlueFormatError(f"{path}:{line}: row: expected {layout.columns} tab-separated columns for "
                                   f"{spec.name} {split}, got {what}; {_FIX_QUOTING}")
@@ -136,5 +145,7 @@ def read_split(task, split: str, data_root: Optional[Union[str, Path]] = None) -
         if layout.label is not None:
             labels.append(_label(spec, path, line, row[layout.label]))
         numbers.append(line)
+    if not numbers:
+        raise _no_examples(spec, split, path, blank_content(path, layout.header))
     return GlueSplit(spec.name, split, path, text_a, text_b if layout.text_b is not None else None,
                      labels if layout.label is not None else None, numbers)

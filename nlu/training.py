@@ -81,9 +81,9 @@ class GlueData:
     @classmethod
     def load(cls, cfg: DictConfig, model_dir: Path) -> "GlueData":
         spec, root = get_task(cfg.task), default_data_root(cfg.data_root)
+        splits = [read_split(spec, split, root) for split in ("train", "dev")]  # a bad file is refused before the tokenizer loads
         tokenizer = load_tokenizer(model_dir)
-        train, dev = (encode(tokenizer, read_split(spec, split, root), cfg.data.max_length)
-                      for split in ("train", "dev"))
+        train, dev = (encode(tokenizer, split, cfg.data.max_length) for split in splits)
         return cls(spec, tokenizer, train, dev)
 
 

@@ -152,6 +152,19 @@ def test_blank_line_and_wrong_header(tmp_path):
     assert f"{path}:1:" in error_of("RTE", "dev", tmp_path)
 
 
+@pytest.mark.parametrize("task, text, reason", [
+    ("RTE", "", "the file is empty"), ("RTE", RTE_HEADER, "the file holds only its header line"),
+    ("RTE", RTE_HEADER + "\n\n", "the file holds only its header line"),
+    ("RTE", "\n \n\n", "the file holds only blank lines"),
+    ("CoLA", "", "the file is empty"), ("CoLA", "\n\n", "the file holds only blank lines")])
+@pytest.mark.parametrize("gz", [False, True])
+def test_a_file_without_examples_names_the_file_and_the_fix(tmp_path, task, text, reason, gz):
+    path = write(tmp_path / "train.tsv", text, gz)
+    assert error_of(task, "train", tmp_path) == (f"{path}: no {task} train examples: {reason}; get the official files "
+                                                 f"with download_glue_data.py (glue_data/<TASK>/) or see section 7 of "
+                                                 f"the shared data README")
+
+
 def test_label_outside_task_labels(tmp_path):
     path = write(tmp_path / "dev.tsv", RTE_HEADER + "0\ta\tb\tentailment\n1\ta\tb\tneutral\n")
     message = error_of("RTE", "dev", tmp_path)

@@ -299,6 +299,17 @@ def test_a_bad_tsv_row_exits_2_naming_the_file_and_the_line(toy_bert, tmp_path, 
     assert not (tmp_path / "run").exists()
 
 
+def test_an_empty_train_file_exits_2_naming_it_before_the_tokenizer_loads(toy_bert, tmp_path, capsys, monkeypatch):
+    rte = tmp_path / "glue" / "RTE"
+    write_rte(rte, [("A man is eating.", "Nobody eats.", "not_entailment")])
+    (rte / "train.tsv").write_text("")
+    monkeypatch.setattr(training, "load_tokenizer", lambda *args: pytest.fail("the tokenizer was loaded"))
+    code = cli("--task", "RTE", "--model", str(toy_bert), "--data-root", str(tmp_path), "--out", str(tmp_path / "run"))
+    assert code == 2
+    assert one_error_line(capsys).startswith(f"error: {rte / 'train.tsv'}: no RTE train examples: the file is empty; ")
+    assert not (tmp_path / "run").exists()
+
+
 def test_an_unknown_task_exits_2(tmp_path, capsys):
     code = cli("--task", "NoSuch", "--out", str(tmp_path / "run"))
     assert code == 2
