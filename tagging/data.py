@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from common.text.batching import length_sorted_batches
+from common.utils.inputs import blank_content
 
 from .config import PAPER_TREEBANKS  # noqa: F401 (re-exported)
 
@@ -157,7 +158,9 @@ def read_conllu(path: Path) -> List[Sentence]:
         if words:
             sentences.append(Sentence(words, tags))
     if not sentences:
-        raise TreebankError(f"{path}: no sentence found; is this a CoNLL-U file?")
+        reason = blank_content(path) or "no token line of a syntactic word (only comments, ranges or empty nodes)"
+        raise TreebankError(f"{path}: no sentence found: {reason}; a CoNLL-U file holds sentences of one token per "
+                            f"line, separated by blank lines: put back the treebank's file from its UD release")
     return sentences
 
 

@@ -114,10 +114,17 @@ def test_a_plain_file_named_gz_is_a_clean_error(tmp_path):
         read_conllu(path)
 
 
-def test_a_file_without_sentences_is_an_error(tmp_path):
-    path = _write(tmp_path, ["# just a comment", ""])
-    with pytest.raises(TreebankError, match=r"no sentence found"):
+@pytest.mark.parametrize("data, reason", [
+    (b"", "the file is empty"), (b"\n \n\t\n", "the file holds only blank lines"),
+    (b"# just a comment\n\n", "no token line of a syntactic word (only comments, ranges or empty nodes)")])
+@pytest.mark.parametrize("gzipped", [False, True])
+def test_a_file_without_sentences_names_the_file_why_and_the_fix(tmp_path, data, reason, gzipped):
+    path = tmp_path / ("xx-ud-train.conllu.gz" if gzipped else "xx-ud-train.conllu")
+    path.write_bytes(gzip.compress(data) if gzipped else data)
+    with pytest.raises(TreebankError) as err:
         read_conllu(path)
+    assert str(err.value) == (f"{path}: no sentence found: {reason}; a CoNLL-U file holds sentences of one token per "
+                              f"line, separated by blank lines: put back the treebank's file from its UD release")
 
 
 def test_a_missing_dev_file_names_the_directory_and_the_split(tmp_path):
