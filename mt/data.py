@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 from common.text import Vocabulary
 from common.utils import atomic_write_json, cache_dir
+from common.utils.inputs import blank_content
 
 from .bpe import BPE, learn_codes
 from .text import MosesDetokenizer, MosesPreprocessor, check_parallel, read_lines, write_lines
@@ -81,7 +82,8 @@ CORPORA: Dict[str, CorpusSpec] = {
                       "de-en.tgz when online, or reads it from <data-root>/mt/iwslt14_de_en/de-en.tgz)"),
     ),
     "demo": CorpusSpec(name="demo", subdir="mt/demo", src="de", tgt="en", train="train",
-                       splits=("train", "val", "test"), tokenised=False, num_merges=100, fixture=True),
+                       splits=("train", "val", "test"), tokenised=False, num_merges=100, fixture=True,
+                       missing_hint="mt.fixtures writes it on first use: delete its directory to write it again"),
 }
 
 
@@ -108,6 +110,14 @@ def require_file(path: Path, spec: CorpusSpec) -> Path:
     return Path(path)
 
 
+def read_corpus_file(path: Path, spec: CorpusSpec) -> List[str]:
+    """The lines of a source file of ``spec``; DataError when it is missing or holds no sentence."""
+    lines = read_lines(require_file(path, spec))
+    if not any(line.strip() for line in lines):
+        raise DataError(f"{path}: no sentences ({spec.name}): {blank_content(path)}; {spec.missing_hint}")
+    return lines
+
+
 def prepare_corpus(spec: CorpusSpec, source_dir: Path, out_dir: Path, num_merges: Optional[int] = None,
                    splits: Optional[Sequence[str]] = None, progress=None) -> Path:
     """Tokenise the files in ``source_dir``, learn joint BPE on train, apply it and build
@@ -131,7 +141,7 @@ def prepare_corpus(spec: CorpusSpec, source_dir: Path, out_dir: Path, num_merges
             continue
         for lang in (spec.src, spec.tgt):
             say(f"tokenising {split}.{lang}")
-            raw[split, lang] = read_lines(require_file(spec.path(source_dir, split, lang), spec))
+            raw[split, lang] = read_corpus_file(spec.path(source_dir, split, lang), spec)
             tokenised[split, lang] = (raw[split, lang] if spec.tokenised
                                       else MosesPreprocessor(lang, normalize_punctuation=True).batch(raw[split, lang]))
             if spec.tokenised:  # no raw text: detokenise for SacreBLEU references
@@ -252,5 +262,16 @@ class ParallelData:
 
 
 def load_split(prepared: Prepared, split: str, max_len: Optional[int] = None) -> ParallelData:
-    return ParallelData.encode(prepared.lines(split, "bpe", "src"), prepared.lines(split, "bpe", "tgt"),
-                               prepared.src_vocab, prepared.tgt_vocab, max_len)
+    """The pairs of ``split`` (see :meth:`ParallelData.encode`); DataError when there are none, or none within
+    ``max_len``."""
+    src = prepared.lines(split, "bpe", "src")
+    path = prepared.split_path(split, "bpe", prepared.manifest["src"])
+    if not any(line.strip() for line in src):
+        raise DataError(f"{path}: no sentence pairs: {blank_content(path)}; delete {prepared.dir} to have the "
+                        f"corpus prepared again")
+    data = ParallelData.encode(src, prepared.lines(split, "bpe", "tgt"), prepared.src_vocab, prepared.tgt_vocab,
+                               max_len)
+    if not len(data):
+        raise DataError(f"{path}: all {len(src)} sentence pairs of split {split!r} have a side longer than "
+                        f"max_len={max_len} BPE units; raise data.max_len")
+    return data

@@ -89,7 +89,12 @@ def iwslt14_from_release(release: Path, out: Path, src: str = "de", tgt: str = "
     if len(train[src]) != len(train[tgt]):
         raise DataError(f"{release}: train.tags.{pair}.{src} and .{tgt} have different line counts "
                         f"({len(train[src])} vs {len(train[tgt])})")
+    pairs = len(train[src])
     train[src], train[tgt] = clean_pairs(train[src], train[tgt])
+    if not train[src]:
+        raise DataError(f"{release}: train.tags.{pair}.{src} and .{tgt} hold no pair of 1-175 tokens a side with a "
+                        f"length ratio of at most 1.5 ({pairs} pairs before cleaning); it is not fairseq's IWSLT'14 "
+                        f"release: download {IWSLT14_URL} again")
     for lang in (src, tgt):
         lowered = [line.lower() for line in train[lang]]
         write_lines(out / f"valid.{lang}", [x for i, x in enumerate(lowered, 1) if i % 23 == 0])

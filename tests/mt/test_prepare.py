@@ -85,3 +85,42 @@ def test_parallel_files_of_different_lengths_name_both_files(tiny_root, tmp_path
     write_lines(tiny_root / "mt/multi30k/raw/val.en.gz", ["Only one line."])
     with pytest.raises(ValueError, match=r"val\.de\.gz has 12 lines but .*val\.en\.gz has 1"):
         ensure_prepared("multi30k", tiny_root, tmp_path / "prep")
+
+
+@pytest.mark.parametrize("split", ["train", "val"])
+@pytest.mark.parametrize("lines, reason", [([], "the file is empty"),
+                                           (["", " ", ""], "the file holds only blank lines")])
+def test_a_corpus_file_without_sentences_names_the_file_and_where_it_comes_from(tiny_root, tmp_path, split, lines,
+                                                                                reason):
+    path = write_lines(tiny_root / f"mt/multi30k/raw/{split}.de.gz", lines)
+    with pytest.raises(DataError) as err:
+        ensure_prepared("multi30k", tiny_root, tmp_path / "prep")
+    assert str(err.value) == (f"{path}: no sentences (multi30k): {reason}; Multi30k task 1 is published at "
+                              f"https://github.com/multi30k/dataset (data/task1/raw)")
+    assert not (tmp_path / "prep").exists()
+
+
+@pytest.mark.parametrize("text, pairs", [("", 0), ("\n \n\n", 3), ("wort " * 176 + "\n", 1)])
+def test_a_release_without_a_training_pair_left_after_cleaning_is_refused(tmp_path, text, pairs):
+    release = tmp_path / "de-en"
+    for lang in ("de", "en"):
+        (release / f"train.tags.de-en.{lang}").parent.mkdir(exist_ok=True)
+        (release / f"train.tags.de-en.{lang}").write_text(text)
+    with pytest.raises(DataError) as err:
+        iwslt14_from_release(release, tmp_path / "fairseq")
+    assert str(err.value).startswith(f"{release}: train.tags.de-en.de and .en hold no pair of 1-175 tokens a side "
+                                     f"with a length ratio of at most 1.5 ({pairs} pairs before cleaning); ")
+    assert not (tmp_path / "fairseq").exists()
+
+
+def test_a_split_whose_pairs_are_all_too_long_or_that_is_empty_names_the_file_and_the_fix(tiny_root, tmp_path):
+    prepared = ensure_prepared("multi30k", tiny_root, tmp_path / "prep", num_merges=40)
+    with pytest.raises(DataError) as err:
+        load_split(prepared, "train", max_len=1)
+    assert str(err.value) == (f"{tmp_path / 'prep' / 'train.bpe.de'}: all 60 sentence pairs of split 'train' have a "
+                              f"side longer than max_len=1 BPE units; raise data.max_len")
+    write_lines(tmp_path / "prep" / "val.bpe.de", [])
+    with pytest.raises(DataError) as err:
+        load_split(prepared, "val")
+    assert str(err.value) == (f"{tmp_path / 'prep' / 'val.bpe.de'}: no sentence pairs: the file is empty; delete "
+                              f"{tmp_path / 'prep'} to have the corpus prepared again")
