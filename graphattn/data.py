@@ -20,6 +20,7 @@ from torch_geometric.datasets import Planetoid
 from torch_geometric.transforms import NormalizeFeatures
 
 from common.utils import cache_dir, default_data_root
+from common.utils.inputs import blank_content
 
 from .config import canonical_name
 
@@ -79,6 +80,8 @@ def check_raw_files(raw_dir: Path, name: str) -> None:
         size, sha = RAW_CHECKSUMS[file]
         if not path.is_file():
             problems.append(f"  missing {file}: expected at {path} ({size:,} bytes, sha256 {sha})")
+        elif blank := blank_content(path):
+            problems.append(f"  empty {file} at {path}: {blank}; expected {size:,} bytes with sha256 {sha}")
         elif path.stat().st_size != size or _sha256(path) != sha:
             problems.append(f"  corrupt {file} at {path}: expected {size:,} bytes with sha256 {sha}, "
                             f"found {path.stat().st_size:,} bytes")

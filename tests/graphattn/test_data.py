@@ -20,6 +20,22 @@ def test_incomplete_raw_dir_names_missing_and_corrupt_files(tmp_path):
     assert "kimiyoung/planetoid" in message
 
 
+def test_an_empty_or_blank_raw_file_is_named_as_such_with_the_fix(tmp_path):
+    raw = tmp_path / "planetoid" / "Cora" / "raw"
+    raw.mkdir(parents=True)
+    (raw / "ind.cora.x").write_bytes(b"")
+    (raw / "ind.cora.y").write_bytes(b"\n \n\n")
+    with pytest.raises(PlanetoidDataError) as err:
+        load_planetoid("cora", str(tmp_path))
+    lines = str(err.value).splitlines()
+    assert f"  empty ind.cora.x at {raw / 'ind.cora.x'}: the file is empty; expected 22,119 bytes with sha256 " \
+           f"23cfa55d91c6f624233f5eb7b6e3f141f1bd2b2ae39608a63cf5d084bb27baab" in lines
+    assert f"  empty ind.cora.y at {raw / 'ind.cora.y'}: the file holds only blank lines; expected 4,054 bytes with " \
+           f"sha256 94465c14eb53e04ca262198dcbb2521ee8af60fb3f3d546cd6ca24a511b0e7d1" in lines
+    assert lines[-1].startswith("The files are published in github.com/kimiyoung/planetoid (data/), e.g. "
+                                "https://github.com/kimiyoung/planetoid/raw/master/data/ind.cora.x; put them in ")
+
+
 def test_unknown_dataset_lists_the_choices():
     with pytest.raises(ValueError, match="CiteSeer"):
         load_planetoid("reddit", "/nonexistent")
