@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Dict, Iterable, Mapping, Optional, Sequence, Union
 
 from common.utils import atomic_write_json
+from common.utils.inputs import blank_content
 
 if TYPE_CHECKING:  # torch only for the training targets: vqa.score and the CLIs' --help need none
     import torch
@@ -150,10 +151,15 @@ class AnswerVocab:
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"answer vocabulary {path} does not exist; {ANSWERS_FIX}")
+        text = path.read_text(encoding="utf-8")
+        if not text.strip():
+            raise ValueError(f"{path}: no answers: {blank_content(path)}; {ANSWERS_FIX}")
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = json.loads(text)
         except json.JSONDecodeError as err:
             raise ValueError(f"{path} is not valid JSON ({err})") from None
+        if not data:
+            raise ValueError(f"{path}: no answers: the answer vocabulary is empty; {ANSWERS_FIX}")
         if isinstance(data, list) and len(data) == 2 and all(isinstance(d, dict) for d in data):
             return cls.from_mapping(data[0], f"{path} (MCAN [ans_to_ix, ix_to_ans])")
         if isinstance(data, dict) and all(isinstance(v, int) for v in data.values()):

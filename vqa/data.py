@@ -28,6 +28,7 @@ from torch.utils.data import Dataset
 from common.features import RegionFeatures, RegionFeatureStore, pad_regions
 from common.text import Vocabulary
 from common.utils import default_data_root
+from common.utils.inputs import blank_content
 
 from .answers import AnswerVocab
 
@@ -52,15 +53,21 @@ GLOVE_FIX = ("download glove.840B.300d.txt (or another GloVe text file) and set 
 
 
 def _read_json(path: PathLike, what: str, key: str) -> List[dict]:
+    """The ``key`` list of an official ``what`` file; VQADataError when it is missing, malformed or empty."""
     path = Path(path)
     if not path.is_file():
         raise VQADataError(f"{what} file {path} does not exist; {VQA_FILES_FIX}")
+    text = path.read_text(encoding="utf-8")
+    if not text.strip():
+        raise VQADataError(f"{path}: no {what}: {blank_content(path)}; {VQA_FILES_FIX}")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(text)
     except json.JSONDecodeError as err:
         raise VQADataError(f"{path} is not valid JSON ({err}); download it again") from None
     if not isinstance(data, dict) or not isinstance(data.get(key), list):
         raise VQADataError(f"{path}: expected a JSON object with a {key!r} list (the official {what} format)")
+    if not data[key]:
+        raise VQADataError(f"{path}: no {what}: its {key!r} list is empty; {VQA_FILES_FIX}")
     return data[key]
 
 

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Dict, Iterable, Mapping, Optional, Sequence, Union
 
 from common.utils import atomic_write_json
+from common.utils.inputs import blank_content
 
 from .answers import clean_answer, normalize_answer, process_punctuation
 
@@ -155,17 +156,27 @@ def write_submission(path: Union[str, Path], predictions: Predictions) -> Path:
     return atomic_write_json(path, rows, indent=0)
 
 
+#: How a results file is made.
+_RESULTS_FIX = "write one with python -m vqa.evaluate (a list of {question_id, answer}, one per question)"
+
+
 def load_submission(path: Union[str, Path]) -> Dict[int, str]:
     """A results file in the official format as ``{question_id: answer}``."""
     path = Path(path)
     try:
-        rows = json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise FileNotFoundError(f"results file {path} does not exist") from None
+    if not text.strip():
+        raise ValueError(f"{path}: no predictions: {blank_content(path)}; {_RESULTS_FIX}")
+    try:
+        rows = json.loads(text)
     except json.JSONDecodeError as err:
         raise ValueError(f"{path} is not valid JSON ({err})") from None
     if not isinstance(rows, list):
         raise ValueError(f"{path}: the official results format is a list of {{question_id, answer}}")
+    if not rows:
+        raise ValueError(f"{path}: no predictions: the list is empty; {_RESULTS_FIX}")
     try:
         return _as_mapping(rows)
     except ValueError as err:

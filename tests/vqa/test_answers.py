@@ -83,6 +83,18 @@ def test_vocab_bad_files_name_the_file(tmp_path):
         AnswerVocab.load(odd)
 
 
+@pytest.mark.parametrize("text, reason", [("", "the file is empty"), ("\n\n", "the file holds only blank lines"),
+                                          ("{}", "the answer vocabulary is empty"),
+                                          ("[]", "the answer vocabulary is empty")])
+def test_a_vocab_file_without_answers_names_the_file_and_the_fix(tmp_path, text, reason):
+    path = tmp_path / "answers.json"
+    path.write_text(text)
+    with pytest.raises(ValueError) as err:
+        AnswerVocab.load(path)
+    assert str(err.value) == (f"{path}: no answers: {reason}; use MCAN's core/data/answer_dict.json or LXMERT's "
+                              f"data/vqa/trainval_ans2label.json (under <data-root>/vqa/)")
+
+
 @pytest.mark.realdata
 def test_real_answer_vocabularies_agree(attn_data_root):
     mcan = AnswerVocab.load(attn_data_root / "vqa/mcan/answer_dict.json")

@@ -69,6 +69,21 @@ def test_bad_question_file_names_file_and_field(tmp_path):
         load_questions(tmp_path / "nothere.json")
 
 
+FILES_FIX = ("download the official VQA v2 files from https://visualqa.org/download.html into <data-root>/vqa/ "
+             "(or set the path in the config)")
+
+
+@pytest.mark.parametrize("load, key", [(load_questions, "questions"), (load_annotations, "annotations")])
+@pytest.mark.parametrize("text, reason", [("", "the file is empty"), ("\n \n", "the file holds only blank lines"),
+                                          (None, "its {key!r} list is empty")])
+def test_a_file_without_entries_names_the_file_and_the_fix(tmp_path, load, key, text, reason):
+    path = tmp_path / f"{key}.json"
+    path.write_text(json.dumps({key: [], "info": {}}) if text is None else text)
+    with pytest.raises(VQADataError) as err:
+        load(path)
+    assert str(err.value) == f"{path}: no {key}: {reason.format(key=key)}; {FILES_FIX}"
+
+
 def test_bad_annotation_answers(tmp_path):
     path = tmp_path / "a.json"
     ann = {"question_id": 1, "image_id": 1, "question_type": "is the", "answer_type": "yes/no", "answers": []}

@@ -132,6 +132,17 @@ def test_submission_round_trip(tmp_path):
         load_submission(bad)
 
 
+@pytest.mark.parametrize("text, reason", [("", "the file is empty"), (" \n\n", "the file holds only blank lines"),
+                                          ("[]", "the list is empty")])
+def test_a_results_file_without_predictions_names_the_file_and_the_fix(tmp_path, text, reason):
+    path = tmp_path / "results.json"
+    path.write_text(text)
+    with pytest.raises(ValueError) as err:
+        load_submission(path)
+    assert str(err.value) == (f"{path}: no predictions: {reason}; write one with python -m vqa.evaluate (a list of "
+                              f"{{question_id, answer}}, one per question)")
+
+
 def _annotation_file(path, annotations):
     path.write_text(json.dumps({"info": {}, "license": {}, "data_subtype": "val2014", "data_type": "mscoco",
                                 "annotations": annotations}))
