@@ -29,6 +29,7 @@ from typing import Optional, Sequence, Union
 
 from common.text import Vocabulary
 from common.utils import atomic_write_json, cache_dir, default_data_root
+from common.utils.inputs import blank_content
 
 SPLITS = ("train", "restval", "val", "test")
 TRAIN_SPLITS = ("train", "restval")
@@ -50,13 +51,18 @@ def load_karpathy(path: Union[str, Path]) -> list[dict]:
     path = Path(path)
     if not path.is_file():
         raise CaptionDataError(f"{path} does not exist: {KARPATHY_FIX}, or pass --dataset-json")
+    text = path.read_text(encoding="utf-8")
+    if not text.strip():
+        raise CaptionDataError(f"{path}: no images: {blank_content(path)}; {KARPATHY_FIX}")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(text)
     except json.JSONDecodeError as err:
         raise CaptionDataError(f"{path} is not valid JSON ({err}); download it again") from None
     images = data.get("images") if isinstance(data, dict) else None
-    if not isinstance(images, list) or not images:
-        raise CaptionDataError(f"{path}: expected a JSON object with a non-empty 'images' list (Karpathy's format)")
+    if not isinstance(images, list):
+        raise CaptionDataError(f"{path}: expected a JSON object with an 'images' list (Karpathy's format)")
+    if not images:
+        raise CaptionDataError(f"{path}: no images: its 'images' list is empty; {KARPATHY_FIX}")
     for i, image in enumerate(images):
         _check_image(path, i, image)
     return images
@@ -82,13 +88,21 @@ def _check_image(path: Path, i: int, image) -> None:
                                    f"(a list of strings) and 'raw' (a string)")
 
 
-def build_vocabulary(images: Sequence[dict], min_count: int = 5) -> Vocabulary:
-    """Words seen at least ``min_count`` times in the ``train``/``restval`` captions."""
+def build_vocabulary(images: Sequence[dict], min_count: int = 5, source: Union[str, Path] = "the images"
+                     ) -> Vocabulary:
+    """Words seen at least ``min_count`` times in the ``train``/``restval`` captions of ``images`` (read from
+    ``source``, which the errors name)."""
     counts = Counter(token for image in images if image["split"] in TRAIN_SPLITS
                      for sentence in image["sentences"] for token in sentence["tokens"])
     if not counts:
-        raise CaptionDataError("no training captions (split 'train' or 'restval') to build the vocabulary from")
-    return Vocabulary.from_counts(counts, min_count=min_count)
+        raise CaptionDataError(f"{source}: no training captions (no image of split 'train' or 'restval') to build "
+                               f"the vocabulary from; {KARPATHY_FIX}")
+    vocab = Vocabulary.from_counts(counts, min_count=min_count)
+    if len(vocab) == len(vocab.specials):
+        word, count = counts.most_common(1)[0]
+        raise CaptionDataError(f"{source}: no word of the training captions occurs {min_count} times (the most "
+                               f"frequent, {word!r}, occurs {count}); lower --min-count")
+    return vocab
 
 
 def encode_images(images: Sequence[dict], vocab: Vocabulary, max_length: int = 16) -> list[dict]:
@@ -108,7 +122,7 @@ def prepare(dataset_json: Union[str, Path], out_dir: Union[str, Path], min_count
     if min_count < 1 or max_length < 1:
         raise ValueError(f"min_count ({min_count}) and max_length ({max_length}) must be positive")
     images = load_karpathy(dataset_json)
-    vocab = build_vocabulary(images, min_count)
+    vocab = build_vocabulary(images, min_count, dataset_json)
     out_dir = Path(out_dir)
     vocab.save(out_dir / "vocab.json")
     encoded = encode_images(images, vocab, max_length)

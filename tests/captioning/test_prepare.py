@@ -74,3 +74,32 @@ def test_missing_dataset_says_where_to_get_it(tmp_path, capsys):
     assert prep.main(["--data-root", str(tmp_path)]) == 2
     message = capsys.readouterr().err
     assert str(tmp_path / "coco" / "dataset_coco.json") in message and "karpathy" in message.lower()
+
+
+KARPATHY_FIX = ("download Karpathy's caption_datasets.zip (https://cs.stanford.edu/people/karpathy/deepimagesent/) and "
+                "put dataset_coco.json there")
+
+
+@pytest.mark.parametrize("text, reason", [("", "the file is empty"), ("\n  \n", "the file holds only blank lines"),
+                                          ('{"images": []}', "its 'images' list is empty")])
+def test_a_dataset_json_without_images_names_the_file_and_the_fix(tmp_path, text, reason):
+    path = tmp_path / "dataset_coco.json"
+    path.write_text(text)
+    with pytest.raises(CaptionDataError) as err:
+        load_karpathy(path)
+    assert str(err.value) == f"{path}: no images: {reason}; {KARPATHY_FIX}"
+
+
+def test_no_training_captions_or_no_word_kept_names_the_file(tmp_path):
+    dataset = tmp_path / "dataset_coco.json"
+    dataset.write_text(json.dumps({"images": [_image("test", ["a dog"] * 5, 1)]}))
+    with pytest.raises(CaptionDataError) as err:
+        prepare(dataset, tmp_path / "out")
+    assert str(err.value) == (f"{dataset}: no training captions (no image of split 'train' or 'restval') to build "
+                              f"the vocabulary from; {KARPATHY_FIX}")
+    dataset.write_text(json.dumps({"images": [_image("train", ["a dog", "a cat", "one bird"], 1)]}))
+    with pytest.raises(CaptionDataError) as err:
+        prepare(dataset, tmp_path / "out", min_count=3)
+    assert str(err.value) == (f"{dataset}: no word of the training captions occurs 3 times (the most frequent, 'a', "
+                              f"occurs 2); lower --min-count")
+    assert not (tmp_path / "out").exists()
