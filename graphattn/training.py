@@ -193,9 +193,10 @@ def train_seed(cfg: DictConfig, data: Data, seed: int, progress: bool = True,
 
     best_acc, best_loss = -math.inf, math.inf
     best_state, best_epoch, waited, history = None, 0, 0, []
-    # Patience cannot run out before max_epochs <= patience: then the end is known; else only its bound.
+    # Patience cannot run out before max_epochs <= patience: then the end is known; else only its bound, the
+    # epoch at which patience runs out unless validation improves (capped by max_epochs).
     known = cfg.train.max_epochs <= cfg.train.patience
-    bar = console.progress(total=cfg.train.max_epochs if known else None, bound=cfg.train.max_epochs,
+    bar = console.progress(total=cfg.train.max_epochs if known else None, bound=cfg.train.patience,
                            desc=f"seed {seed} epoch", enabled=progress, unit="epoch")
     start = time.perf_counter()
     for epoch in range(cfg.train.max_epochs):
@@ -219,6 +220,7 @@ def train_seed(cfg: DictConfig, data: Data, seed: int, progress: bool = True,
                 break
         bar.set_postfix(val_acc=f"{val['acc']:.3f}", best_val_acc=f"{best_acc:.3f}",
                         patience_left=f"{cfg.train.patience - waited}/{cfg.train.patience}")
+        bar.set_bound(min(cfg.train.max_epochs, epoch + 1 + cfg.train.patience - waited))
         bar.update()
     bar.close()
 
@@ -279,7 +281,7 @@ def _run(cfg: DictConfig, runtime: Runtime, progress: bool, data: Optional[Data]
     start = time.perf_counter()
     progress = progress and env.is_main
     for seed in (bar := console.progress(seeds, desc=f"{cfg.dataset} {cfg.attention.name} seeds",
-                                         enabled=progress, unit="seed")):
+                                         enabled=progress, unit="seed", smooth_eta=True)):
         path = out_dir / f"seed{seed}.pt"
         if broadcast_objects([path.exists()], env)[0]:
             done = torch.load(path, map_location="cpu", weights_only=False)

@@ -217,7 +217,7 @@ class SeedRun:
                             s["train_seconds"] += time.perf_counter() - tick
                             tick = time.perf_counter()
                             self.save()
-                    bar.update()
+                        bar.update()  # in the block: a Ctrl-C held until its end names this update as done
                     if s["step"] % 10 == 0:
                         logger.log(s["step"], **{"train/loss": s["loss"], "train/kl": s["kl"]})
                 with console.finish_first("the end of the epoch"):

@@ -127,6 +127,12 @@ class SeedRun:
         perm = torch.randperm(len(train), generator=generator).tolist()
         return [perm[i:i + self.cfg.train.batch_size] for i in range(0, len(perm), self.cfg.train.batch_size)]
 
+    def last_update(self) -> int:
+        """The update at which training ends at the latest: where patience runs out unless dev accuracy improves,
+        or ``train.max_epochs``."""
+        s, train = self.state, self.cfg.train
+        return self.per_epoch * min(train.max_epochs, s["epoch"] + train.patience - s["bad_epochs"])
+
     def save(self) -> Path:
         """The resumable state (model, optimiser, training state, RNG) at the current update."""
         return self.checkpointer.save(self.state["step"], self.model, self.optimizer, extra=self.state)
@@ -167,7 +173,7 @@ class SeedRun:
                             s["curve"].append({"step": s["step"], "epoch": s["step"] / self.per_epoch, "dev_acc": acc,
                                                "epoch_end": False})
                             logger.log(s["step"], **{"dev/acc": acc, "train/loss": loss})
-                    bar.update()
+                        bar.update()  # in the block: a Ctrl-C held until its end names this update as done
                 with console.finish_first("the end of the epoch"):
                     self._end_epoch(logger, s["loss"])  # the epoch's last loss, also after a resume at its end
                     s["train_seconds"] += time.perf_counter() - tick
@@ -175,6 +181,7 @@ class SeedRun:
                     self.save()
                 bar.set_postfix(dev=f"{s['curve'][-1]['dev_acc']:.2f}", best=f"{s['best_acc']:.2f}",
                                 patience=f"{cfg.train.patience - s['bad_epochs']}")
+                bar.set_bound(self.last_update())
         except KeyboardInterrupt as interrupt:
             if not isinstance(interrupt, console.InterruptedMidway):  # a second Ctrl-C may leave a half update
                 s["train_seconds"] += time.perf_counter() - tick
@@ -231,8 +238,8 @@ def run(cfg: DictConfig, progress: bool = True) -> dict:
             continue
         seed_run = SeedRun(cfg, treebank, seed, out_dir, runtime)
         s = seed_run.state
-        bar = console.progress(desc=f"seed {seed} update", bound=cfg.train.max_epochs * seed_run.per_epoch,
-                               enabled=progress, initial=s["step"], unit="update")
+        bar = console.progress(desc=f"seed {seed} update", bound=seed_run.last_update(), enabled=progress,
+                               initial=s["step"], unit="update")
         with bar, MetricsLogger(seed_run.dir) as logger:
             seed_run.run(bar, logger)
         record = seed_run.result()

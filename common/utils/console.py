@@ -12,11 +12,15 @@
   seconds (default 30; 0 logs every update), so a long job is never silent and a log holds
   no carriage returns.
 * A bar's total never changes, so its percentage never falls. A loop that cannot know its end
-  (early stopping) has no total but an upper ``bound``: it shows ``epoch 453 of at most 1000``
-  and no percentage or ETA; its postfix says what it waits for (``patience_left 75/100``).
+  (early stopping) has no total but an upper ``bound``: it shows ``epoch 153 of at most 253``
+  and no percentage or ETA; :meth:`Progress.set_bound` moves the bound as the loop learns more
+  (where its patience runs out), and its postfix says what it waits for (``patience_left 75/100``).
 * The ETA comes from the mean time of the steps done in this run, measured at each update, so
   it moves only when a step ends; :meth:`Progress.skip` advances over reused work (a seed
-  trained by an earlier run) without counting it as fast work.
+  trained by an earlier run) without counting it as fast work. Few, uneven steps (seeds that stop
+  early at different epochs, on a shared CPU) make that mean jump from step to step: with
+  ``smooth_eta`` the finish time is the mean of those predicted at each update, each weighted by
+  the steps it rests on, so one slow seed moves it by its share of the evidence.
 * :func:`say` prints through ``tqdm.write`` (stderr), which lifts live bars out of the way.
 * :func:`interruptible` turns Ctrl-C into one line naming the innermost live bar
   (``interrupted at Cora softmax seeds 3/10, seed 3 epoch 41/100; re-run the same command to resume``) and the
@@ -69,14 +73,18 @@ def _duration(seconds: float) -> str:
 
 
 class _Bar(tqdm):
-    """A tqdm bar whose rate, and so its ETA, is the :class:`Progress`'s steady one."""
+    """A tqdm bar whose rate and ETA are its :class:`Progress`'s (steady, and smoothed where asked)."""
 
-    steady_rate: Optional[float] = None
+    progress: Optional["Progress"] = None
 
     @property
     def format_dict(self):
         values = super().format_dict
-        return {**values, "rate": self.steady_rate} if self.steady_rate else values
+        if self.progress is None:  # while tqdm's constructor draws the bar
+            return values
+        rate, eta = self.progress.rate(), self.progress.eta()
+        return {**values, **({"rate": rate} if rate else {}), **({"remaining": _duration(eta)} if eta is not None
+                                                                 else {})}
 
 
 class Progress:
@@ -84,33 +92,62 @@ class Progress:
     unknown, over at most ``bound`` steps (no percentage, no ETA)."""
 
     def __init__(self, total: Optional[int] = None, desc: str = "", enabled: bool = True, initial: int = 0,
-                 unit: str = "it", iterable: Optional[Iterable] = None, bound: Optional[int] = None):
+                 unit: str = "it", iterable: Optional[Iterable] = None, bound: Optional[int] = None,
+                 smooth_eta: bool = False):
         if total is None and hasattr(iterable, "__len__"):
             total = len(iterable)
         self.total, self.desc, self.n, self.unit, self.iterable = total, desc, initial, unit, iterable
         self.bound = None if total else bound
-        self.enabled = enabled
+        self.enabled, self.smooth_eta = enabled, smooth_eta
         self.postfix = ""
         self._bar = None
         self._start = self._last = self._step_end = time.perf_counter()
         self._counted, self._busy = 0, 0.0  # steps timed in this run, and their seconds
+        self._finish, self._evidence = 0.0, 0  # sum of the finish times predicted at each update x its steps timed
         if enabled and interactive():
-            bar_format = None if self.bound is None else \
-                f"{{desc}} {{n_fmt}} of at most {self.bound} [{{elapsed}}, {{rate_fmt}}{{postfix}}]"
             self._bar = _Bar(total=total, desc=desc, initial=initial, unit=unit, leave=False, file=sys.stderr,
-                             mininterval=0.5, dynamic_ncols=True, smoothing=0, bar_format=bar_format)
+                             mininterval=0.5, dynamic_ncols=True, smoothing=0, bar_format=self._bar_format())
+            self._bar.progress = self
         self._interval = log_interval()
         _live.append(self)
+
+    def _bar_format(self) -> Optional[str]:
+        """tqdm's layout with a total (our ETA is its ``{remaining}``); without one, the position, the bound and the
+        rate (tqdm's own where there is no bound either)."""
+        if self.bound is not None:
+            return f"{{desc}} {{n_fmt}} of at most {self.bound} [{{elapsed}}, {{rate_fmt}}{{postfix}}]"
+        return "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}{postfix}]" if self.total else None
 
     def rate(self) -> Optional[float]:
         """Steps per second over the steps timed so far (None before the first)."""
         return self._counted / self._busy if self._counted and self._busy > 0 else None
 
+    def eta(self) -> Optional[float]:
+        """Seconds left after the last update (None without a total or before the first timed step): the steps
+        left at the mean time per step, or with ``smooth_eta`` the smoothed finish time (module docstring)."""
+        rate = self.rate()
+        if not (rate and self.total):
+            return None
+        if self.smooth_eta:
+            return max(self._finish / self._evidence - self._step_end, 0.0)
+        return max(self.total - self.n, 0) / rate
+
     def update(self, n: int = 1) -> None:
         """``n`` steps done; their time since the previous update counts towards the rate."""
         now = time.perf_counter()
         self._counted, self._busy, self._step_end = self._counted + n, self._busy + now - self._step_end, now
+        rate = self.rate()
+        if rate and self.total:  # the finish time this update predicts, weighted by the steps it rests on
+            self._finish += self._counted * (now + max(self.total - self.n - n, 0) / rate)
+            self._evidence += self._counted
         self._advance(n)
+
+    def set_bound(self, bound: int) -> None:
+        """Move the upper bound of a loop without a total as it learns more (early stopping: the step at which
+        its patience runs out, unless it improves)."""
+        self.bound = bound
+        if self._bar is not None:
+            self._bar.bar_format = self._bar_format()
 
     def skip(self, n: int = 1) -> None:
         """``n`` steps passed over (work reused from an earlier run): no part of the rate or ETA."""
@@ -122,7 +159,6 @@ class Progress:
     def _advance(self, n: int) -> None:
         self.n += n
         if self._bar is not None:
-            self._bar.steady_rate = self.rate()
             self._bar.update(n)
         elif self.enabled and time.perf_counter() - self._last >= self._interval:
             self._last = time.perf_counter()
@@ -146,9 +182,9 @@ class Progress:
         if self.total:
             parts.append(f"{100 * self.n / self.total:.0f}%")
         parts.append(f"{_duration(time.perf_counter() - self._start)} elapsed")
-        rate = self.rate()
-        if rate and self.total:
-            parts.append(f"ETA {_duration(max(self.total - self.n, 0) / rate)}")
+        rate, eta = self.rate(), self.eta()
+        if eta is not None:
+            parts.append(f"ETA {_duration(eta)}")
         elif rate:
             parts.append(f"{1 / rate:.2f} s/{self.unit}" if rate < 1 else f"{rate:.1f} {self.unit}/s")
         if self.postfix:
@@ -182,10 +218,12 @@ class Progress:
 
 
 def progress(iterable: Optional[Iterable] = None, total: Optional[int] = None, desc: str = "",
-             enabled: bool = True, initial: int = 0, unit: str = "it", bound: Optional[int] = None) -> Progress:
+             enabled: bool = True, initial: int = 0, unit: str = "it", bound: Optional[int] = None,
+             smooth_eta: bool = False) -> Progress:
     """A :class:`Progress` over ``total`` steps (or at most ``bound`` when the end is unknown) or,
-    given ``iterable``, one to iterate over (``total`` defaults to ``len(iterable)``)."""
-    return Progress(total, desc, enabled, initial, unit, iterable, bound)
+    given ``iterable``, one to iterate over (``total`` defaults to ``len(iterable)``); ``smooth_eta`` for
+    few, uneven steps such as seeds."""
+    return Progress(total, desc, enabled, initial, unit, iterable, bound, smooth_eta)
 
 
 def where() -> Optional[str]:
@@ -219,7 +257,9 @@ class InterruptedMidway(KeyboardInterrupt):
 def finish_first(what: str = "the current update") -> Iterator[None]:
     """Run the block whole: a Ctrl-C (SIGINT) that arrives inside it is held and raised as the block ends,
     so that the state the block changes is never left half-updated; a second Ctrl-C raises
-    :class:`InterruptedMidway` at once. Outside the main thread, or where SIGINT is ignored, it does nothing."""
+    :class:`InterruptedMidway` at once. Outside the main thread, or where SIGINT is ignored, it does nothing.
+    Advance the loop's bar inside the block: the stop message names the bars' positions as the block ends, so the
+    update it names is the one done (and saved)."""
     previous = signal.getsignal(signal.SIGINT)
     if previous in (None, signal.SIG_IGN) or threading.current_thread() is not threading.main_thread():
         yield

@@ -108,3 +108,52 @@ def test_ctrl_c_names_the_live_loops_and_exits_130(monkeypatch, capsys):
     err = capsys.readouterr().err
     assert err.strip() == "interrupted at seeds 1/3, seed 1 epoch 5/100; re-run the same command to resume"
     assert signal.getsignal(signal.SIGINT) is before and not console._live
+
+
+def test_a_smoothed_eta_moves_by_the_evidence_of_each_uneven_seed(monkeypatch, capsys):
+    """Seeds of 88, 260 and 203 s out of 10 (the issue's walkthrough): the mean alone gives 13:12, 23:12, 21:26;
+    the finish times predicted at each seed, weighted 1, 2, 3 by the seeds they rest on, give 13:12, 18:25, 18:14."""
+    monkeypatch.setenv(console.PROGRESS_SECONDS_ENV, "0")
+    monkeypatch.setattr(console, "time", clock := Clock())
+    plain = console.progress(total=10, desc="mean", unit="seed")
+    smooth = console.progress(total=10, desc="smoothed", unit="seed", smooth_eta=True)
+    for seconds in (88, 260, 203):
+        clock.now += seconds
+        plain.update()
+        smooth.update()
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split(" | ")[-1] for line in lines] == ["ETA 13:12", "ETA 13:12", "ETA 23:12", "ETA 18:25",
+                                                         "ETA 21:26", "ETA 18:14"]
+    clock.now += 100  # read in the middle of a step: neither ETA moves
+    assert [bar.line().split(" | ")[-1] for bar in (plain, smooth)] == ["ETA 21:26", "ETA 18:14"]
+    for bar in (plain, smooth):
+        bar.close()
+
+
+def test_a_loop_moves_its_bound_where_its_patience_runs_out(monkeypatch, capsys):
+    monkeypatch.setenv(console.PROGRESS_SECONDS_ENV, "0")
+    monkeypatch.setattr(console, "time", clock := Clock())
+    bar = console.progress(desc="seed 0 epoch", unit="epoch", bound=100)
+    for bound in (101, 101, 103):
+        clock.now += 1
+        bar.set_bound(bound)
+        bar.update()
+    assert console.where() == "seed 0 epoch 3 of at most 103"
+    bar.close()
+    assert [line.split(" | ")[0] for line in capsys.readouterr().err.splitlines()] == [
+        "seed 0 epoch 1 of at most 101", "seed 0 epoch 2 of at most 101", "seed 0 epoch 3 of at most 103"]
+
+
+def test_terminal_bars_show_the_smoothed_eta_and_the_moved_bound(monkeypatch):
+    monkeypatch.setattr(console, "interactive", lambda: True)
+    monkeypatch.setattr(console, "time", clock := Clock())
+    seeds = console.progress(total=10, desc="seeds", unit="seed", smooth_eta=True)
+    for seconds in (88, 260):
+        clock.now += seconds
+        seeds.update()
+    assert "<18:25" in str(seeds._bar)
+    epochs = console.progress(desc="seed 2 epoch", unit="epoch", bound=100)
+    epochs.set_bound(57)
+    assert str(epochs._bar).startswith("seed 2 epoch 0 of at most 57 [")
+    for bar in (seeds, epochs):
+        bar.close()

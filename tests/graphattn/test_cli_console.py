@@ -101,12 +101,13 @@ def test_early_stopping_progress_counts_epochs_to_a_bound_with_the_patience_left
             "train.max_epochs=60", "train.patience=3", "train.num_threads=1"]
     assert train.main([*args, "--seeds", "1"]) == 0
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("seed 0 epoch ")]
-    pattern = re.compile(r"seed 0 epoch (\d+) of at most 60 \| \d\d:\d\d elapsed \| [\d.]+ (s/epoch|epoch/s) \| "
+    pattern = re.compile(r"seed 0 epoch (\d+) of at most (\d+) \| \d\d:\d\d elapsed \| [\d.]+ (s/epoch|epoch/s) \| "
                          r"val_acc ([\d.]+), best_val_acc ([\d.]+), patience_left (\d)/3$")
     matches = [pattern.match(line) for line in lines]
     assert lines and all(matches), lines  # no percentage, no ETA: the end is not known
     assert [int(m[1]) for m in matches] == list(range(1, len(lines) + 1))
-    assert all(float(m[4]) >= float(m[3]) and 1 <= int(m[5]) <= 3 for m in matches)  # best is of the same metric
+    assert all(float(m[5]) >= float(m[4]) and 1 <= int(m[6]) <= 3 for m in matches)  # best is of the same metric
+    assert all(int(m[2]) == min(60, int(m[1]) + int(m[6])) for m in matches)  # where patience runs out
 
     assert train.main([*args, "--seeds", "2"]) == 0  # seed 0 reused: it gives the seeds bar no ETA
     seeds = [line for line in capsys.readouterr().err.splitlines() if line.startswith("Cora softmax seeds")]
