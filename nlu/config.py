@@ -6,7 +6,7 @@ from typing import Dict, Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
-from common.utils.config import Rule, at_least, layer_configs, packaged_config
+from common.utils.config import Rule, at_least, layer_configs, packaged_config, packaged_preset
 
 from .tasks import get_task
 
@@ -26,9 +26,7 @@ RULES = {"data.max_length": at_least(8), "optim.lr": Rule(low=0, low_open=True),
 
 def preset_layer(preset: str, task: str) -> DictConfig:
     """What ``--preset preset`` sets for ``task``: its common keys and its ``tasks.<task>`` block."""
-    if preset not in PRESETS:
-        raise ValueError(f"--preset {preset}: unknown; available: {', '.join(PRESETS)}")
-    layer = packaged_config("nlu", f"{preset}.yaml")
+    layer = packaged_preset("nlu", preset, PRESETS)
     per_task = layer.pop("tasks", None)
     if per_task is not None:
         if task not in per_task:

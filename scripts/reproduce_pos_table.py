@@ -68,6 +68,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help=f"variants (default: the paper's UD rows, {' '.join(PAPER_VARIANTS)})")
     parser.add_argument("--extra", nargs="*", default=["bam-wc"], choices=sorted(EXTRAS),
                         help="extra rows: PE[add] with these normalizers (default bam-wc; none: --extra)")
+    parser.add_argument("--preset", default="official", choices=("standard", "official"),
+                        help="tagging preset of every run (default official: the authors' initialisation and "
+                             "vocabulary)")
     parser.add_argument("--seeds", type=int, default=3, help="seeds per cell (the paper: 3)")
     parser.add_argument("--jobs", type=int, default=1, help="runs at a time, each on one thread (default 1)")
     parser.add_argument("--data-root", help="directory holding ud/ (default: $ATTN_DATA_ROOT)")
@@ -94,8 +97,8 @@ def run_grid(args) -> None:
                 list(range(args.seeds)):
             continue
         cmd = [sys.executable, "-m", "tagging.train", "--treebank", tb, "--variant", row if not extra else "pe-add",
-               "--seeds", str(args.seeds), "--threads", "1", "--no-progress", "--out", str(out), *extra,
-               *args.overrides]
+               "--seeds", str(args.seeds), "--preset", args.preset, "--threads", "1", "--no-progress", "--out",
+               str(out), *extra, *args.overrides]
         grid.append(Cell(f"{tb} {row}", cmd + (["--data-root", args.data_root] if args.data_root else []), out))
     run_cells(grid, args.jobs, cwd=ROOT)
 

@@ -3,14 +3,16 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
-from common.utils.config import DROPOUT, Rule, at_least, layer_configs, packaged_config
+from common.utils.config import DROPOUT, Rule, at_least, layer_configs, packaged_config, packaged_preset
 
 #: The treebanks of the paper's 47 (``pdufter/convatt`` ``ud_parallel.py``) staged under ``<data_root>/ud``.
 PAPER_TREEBANKS = ("UD_Afrikaans-AfriBooms", "UD_English-GUM", "UD_English-LinES", "UD_French-Sequoia",
                    "UD_French-Spoken", "UD_Gothic-PROIEL", "UD_Greek-GDT", "UD_Hungarian-Szeged",
                    "UD_Old_Church_Slavonic-PROIEL", "UD_Swedish-LinES", "UD_Vietnamese-VTB")
+#: The packaged presets (``tagging/configs/<name>.yaml``): the defaults, and the authors' initialisation and vocabulary.
+PRESETS = ("standard", "official")
 #: The variants' keys (tagging.model.VARIANTS), listed here so that the command line is checked without torch.
 VARIANT_NAMES = ("pe-add", "pe-con", "p", "r", "pr", "temp", "conv1d", "conv2d")
 
@@ -25,10 +27,16 @@ RULES = {"variant": Rule(choices=VARIANT_NAMES), "data.max_len": at_least(1), "d
          "train.precision": Rule(choices=("fp32", "bf16", "fp16"))}
 
 
-def load_config(overrides: Sequence[str] = (), config_file: Optional[str] = None) -> DictConfig:
-    """The resolved, checked config."""
-    cfg = layer_configs(packaged_config("tagging", "tagging.yaml"), config_file, overrides,
-                        open_keys=["attention.options"], defaults_name="tagging/configs/tagging.yaml", rules=RULES)
+def load_config(overrides: Sequence[str] = (), config_file: Optional[str] = None, preset: Optional[str] = None
+                ) -> DictConfig:
+    """The resolved, checked config: the defaults, the ``preset`` (``--preset``), the ``--config`` file and
+    ``key=value`` overrides, in that order."""
+    base = packaged_config("tagging", "tagging.yaml")
+    if preset is not None:
+        base = OmegaConf.merge(base, packaged_preset("tagging", preset, PRESETS))
+        base.preset = preset
+    cfg = layer_configs(base, config_file, overrides, open_keys=["attention.options"],
+                        defaults_name="tagging/configs/tagging.yaml", rules=RULES)
     width = cfg.model.word_dim + cfg.model.char_dim + (cfg.model.concat_position_dim if cfg.variant == "pe-con" else 0)
     if width % cfg.model.heads:
         raise ValueError(f"model.heads={cfg.model.heads} must divide the input width {width} (word_dim + char_dim"

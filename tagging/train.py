@@ -1,6 +1,7 @@
 """Train PoS taggers on a UD treebank over several seeds; write checkpoints, curves and a results JSON.
 
     python -m tagging.train --treebank UD_English-GUM --variant conv2d --seeds 3 [key=value ...]
+    python -m tagging.train --treebank UD_English-GUM --preset official   # as the authors trained it
     python -m tagging.train --demo          # no data needed: a toy treebank written to <out>/data (a minute)
 
 The command line and the config are checked first; torch and the model are imported only then
@@ -18,7 +19,7 @@ from common.utils.cli import overrides_from, training_parser
 from common.utils.config import place_demo
 from common.utils.extras import needs_extra
 
-from .config import VARIANT_NAMES, load_config
+from .config import PRESETS, VARIANT_NAMES, load_config
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -31,6 +32,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                         help="pe-add (SAN+PE[add], default), pe-con, p, r, pr (direct position interactions), temp "
                              "(learnable temperature), conv1d, conv2d (convoluted attention)")
     parser.add_argument("--attention", help="normalizer in every layer (default softmax): bam-wc, entmax, ...")
+    parser.add_argument("--preset", choices=PRESETS,
+                        help="standard (default) or official: the authors' Keras initialisation and a word index "
+                             "counted over all three splits")
     parser.add_argument("--seeds", type=int, help="number of seeds (default 3)")
     parser.add_argument("--precision", choices=("fp32", "bf16", "fp16"), help="autocast precision (default fp32)")
     parser.add_argument("--demo", action="store_true",
@@ -50,7 +54,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                       "attention.name": args.attention, "seeds": args.seeds,
                                       "train.precision": args.precision})
     try:
-        cfg = load_config(overrides, args.config)
+        cfg = load_config(overrides, args.config, args.preset)
         if args.demo:
             place_demo(cfg, Path("runs") / "tagging" / "demo" / cfg.variant)
     except ValueError as err:

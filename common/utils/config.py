@@ -41,6 +41,14 @@ def packaged_config(package: str, name: str) -> DictConfig:
     return OmegaConf.create(path.read_text(encoding="utf-8"))
 
 
+def packaged_preset(package: str, preset: str, presets: Sequence[str]) -> DictConfig:
+    """``<package>/configs/<preset>.yaml``, a preset layered over the package's defaults by ``--preset``; an unknown
+    name is a ``ValueError`` listing ``presets``."""
+    if preset not in presets:
+        raise ValueError(f"--preset {preset}: unknown; available: {', '.join(presets)}")
+    return packaged_config(package, f"{preset}.yaml")
+
+
 def parse_overrides(overrides: Sequence[str]) -> DictConfig:
     """``["optim.lr=0.01", "model.heads=4"]`` as a config; a clear error for anything else."""
     malformed = [item for item in overrides if "=" not in item or item.startswith("=")]

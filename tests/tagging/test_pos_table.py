@@ -81,3 +81,10 @@ def test_the_default_rows_are_the_papers_five_and_bam(table_script):
     assert args.variants == ["pe-add", "pr", "conv2d", "conv1d", "temp"] and args.extra == ["bam-wc"]
     rows = [row for tb, row, _ in table_script.cells(args) if tb == "UD_English-GUM"]
     assert rows == ["pe-add", "pr", "conv2d", "conv1d", "temp", "pe-add-bam-wc"]
+
+
+def test_every_run_of_the_grid_takes_the_preset(table_script, tmp_path, monkeypatch):
+    commands = []
+    monkeypatch.setattr(table_script, "run_cells", lambda cells, jobs, cwd: commands.extend(c.command for c in cells))
+    table_script.run_grid(table_script.parse_args(["--out", str(tmp_path), "--treebanks", "UD_English-GUM"]))
+    assert len(commands) == 6 and all(c[c.index("--preset") + 1] == "official" for c in commands)

@@ -127,3 +127,14 @@ def test_an_ambiguous_word_outside_the_index_counts_only_in_our_definition():
     assert (scores["ambiguous_words"], scores["ambiguous"]) == (2, 50.0)
     assert (scores["ambiguous_index_words"], scores["ambiguous_index"]) == (1, 0.0)   # run only
     assert (scores["oov_words"], scores["oov_index_words"], scores["oov_index"]) == (0, 1, 100.0)
+
+
+def test_the_official_preset_is_the_authors_initialisation_and_vocabulary():
+    from tagging.config import load_config
+
+    standard, official = load_config(), load_config(preset="official")
+    assert (standard.preset, standard.model.init, standard.data.vocab_splits) == ("standard", "torch", "train")
+    assert (official.preset, official.model.init, official.data.vocab_splits) == ("official", "keras", "all")
+    assert load_config(["model.init=torch"], preset="official").model.init == "torch"   # an override still wins
+    with pytest.raises(ValueError, match="--preset nosuch: unknown; available: standard, official"):
+        load_config(preset="nosuch")
