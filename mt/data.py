@@ -273,5 +273,5 @@ def load_split(prepared: Prepared, split: str, max_len: Optional[int] = None) ->
                                max_len)
     if not len(data):
         raise DataError(f"{path}: all {len(src)} sentence pairs of split {split!r} have a side longer than "
-                        f"max_len={max_len} BPE units; raise data.max_len")
+                        f"data.max_len={max_len} BPE units; raise data.max_len (null keeps every pair)")
     return data

@@ -90,8 +90,8 @@ def test_training_data_that_leaves_no_pair_is_an_error_not_a_run_that_trains_not
             f"prepared_dir={tmp_path / 'prep'}", "train.max_steps=2", *TINY, "data.max_len=2"]
     assert train.main(args) == 2
     assert capsys.readouterr().err.splitlines()[-1] == (  # after the preparation's own lines
-        "error: an epoch would make no update: data.train_split 'train' has no pair with both sides within "
-        "data.max_len=2 BPE units; raise data.max_len (null keeps every pair)")
+        f"error: {tmp_path / 'prep' / 'train.bpe.de'}: all 60 sentence pairs of split 'train' have a side longer "
+        f"than data.max_len=2 BPE units; raise data.max_len (null keeps every pair)")
     assert not out.exists()
 
 

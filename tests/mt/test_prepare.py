@@ -118,7 +118,7 @@ def test_a_split_whose_pairs_are_all_too_long_or_that_is_empty_names_the_file_an
     with pytest.raises(DataError) as err:
         load_split(prepared, "train", max_len=1)
     assert str(err.value) == (f"{tmp_path / 'prep' / 'train.bpe.de'}: all 60 sentence pairs of split 'train' have a "
-                              f"side longer than max_len=1 BPE units; raise data.max_len")
+                              f"side longer than data.max_len=1 BPE units; raise data.max_len (null keeps every pair)")
     write_lines(tmp_path / "prep" / "val.bpe.de", [])
     with pytest.raises(DataError) as err:
         load_split(prepared, "val")
