@@ -9,9 +9,10 @@ so that :func:`available` (a CLI checking ``attention.name``) imports no torch.
 """
 from __future__ import annotations
 
+import inspect
 from functools import partial
 from importlib import import_module
-from typing import Callable, Dict, Tuple, Union
+from typing import Callable, Dict, List, Optional, Tuple, Union
 
 #: name -> a factory, or ``(module, attribute, keyword arguments)`` of a built-in one, imported on first use
 _REGISTRY: Dict[str, Union[Callable, Tuple[str, str, dict]]] = {
@@ -57,14 +58,33 @@ def is_stochastic(name: str) -> bool:
     return bool(getattr(getattr(factory, "func", factory), "stochastic", False))
 
 
+#: Options every factory is given by the host layer (not set by users).
+CONTEXT_OPTIONS = ("num_heads", "key_dim")
+
+
+def options_of(name: str) -> Optional[List[str]]:
+    """The options the normalizer registered as ``name`` takes (``None`` when its factory takes any keyword)."""
+    parameters = inspect.signature(_factory(name)).parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return None
+    return sorted(p.name for p in parameters if p.kind is not inspect.Parameter.VAR_POSITIONAL
+                  and p.name not in CONTEXT_OPTIONS)
+
+
 def build(name: str, **options):
-    """Build the normalizer registered as ``name`` (e.g. ``build("bam-wc", key_dim=64)``)."""
+    """Build the normalizer registered as ``name`` (e.g. ``build("bam-wc", key_dim=64)``); an option it does not
+    take is a ``ValueError`` naming the options it does."""
     try:
         factory = _factory(name)
     except KeyError:
         raise ValueError(
             f"unknown attention variant {name!r}; choose one of: {', '.join(available())}"
         ) from None
+    known = options_of(name)
+    unknown = sorted(set(options) - set(known) - set(CONTEXT_OPTIONS)) if known is not None else []
+    if unknown:
+        raise ValueError(f"attention variant {name!r} has no option {', '.join(unknown)}; "
+                         f"its options are {', '.join(known) or 'none'} (attention options of the config)")
     try:
         return factory(**options)
     except TypeError as err:

@@ -168,7 +168,7 @@ def test_mc_sampling_makes_eval_stochastic_and_restores():
 
 
 def test_unknown_attention_option_is_a_clear_error():
-    with pytest.raises(TypeError, match="softmax"):
+    with pytest.raises(ValueError, match="attention variant .softmax. has no option k"):
         GATConv(6, 4, attention="softmax", k=10)
     with pytest.raises(ValueError, match="unknown attention variant"):
         GATConv(6, 4, attention="bam-xx")
@@ -256,3 +256,13 @@ def test_gat_model_passes_value_dropout_to_both_layers():
     model = GAT(6, 3, value_dropout=0.6)
     assert model.conv1.value_dropout == model.conv2.value_dropout == 0.6
     assert GAT(6, 3).conv1.value_dropout == 0.0
+
+
+def test_an_option_the_normalizer_does_not_take_is_a_one_line_cli_error(tmp_path, capsys, attn_data_root):
+    from graphattn import train
+
+    code = train.main(["--dataset", "Cora", "--seeds", "1", "--out", str(tmp_path / "run"), "--no-progress",
+                       "attention.options.k=3"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err[-1] == ("error: attention variant 'softmax' has no option k; its options are none "
+                                     "(attention options of the config)")
