@@ -25,7 +25,7 @@ plain_list=$(IFS=,; echo "${plain[*]}")
 .venv/bin/python -m pip install --quiet -e ".${plain_list:+[$plain_list]}"
 if [ ${#built[@]} -gt 0 ]; then
     built_list=$(IFS=,; echo "${built[*]}")
-    echo "building ${built_list} against the installed torch (a few minutes per package, once per pip cache)"
+    echo "building ${built_list} against the installed torch (several minutes per package on 2 cores, once per pip cache)"
     .venv/bin/python -m pip install --quiet "setuptools>=77" wheel  # the build backend, outside isolation
     .venv/bin/python -m pip install --quiet --no-build-isolation -e ".[$built_list]"
 fi
