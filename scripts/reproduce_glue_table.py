@@ -169,13 +169,17 @@ def across_tasks(tasks: dict) -> dict:
     return summary
 
 
+def spread(stats: dict) -> str:
+    """``mean +- std (n=k)``; one seed has no spread: ``mean (n=1)``."""
+    return f"{stats['mean']:.2f}" + (f" +- {stats['std']:.2f}" if stats["n"] > 1 else "") + f" (n={stats['n']})"
+
+
 def markdown(table: dict) -> str:
     lines = ["| task | row | dev metrics, mean +- std (n) | BAM - softmax arm, 95% CI (MDD, n) | verdict | "
              "paper, ALBERT-base |", "|---|---|---|---|---|---|"]
     for task, t in table["tasks"].items():
         for row, entry in t["rows"].items():
-            metrics = ", ".join(f"{m} {entry[m]['mean']:.2f} +- {entry[m]['std']:.2f} (n={entry[m]['n']})"
-                                for m in get_task(task).metrics)
+            metrics = ", ".join(f"{m} {spread(entry[m])}" for m in get_task(task).metrics)
             paired = entry.get("paired", {})
             diff = "; ".join(f"{m} {paired[m]['mean']:+.2f} [{paired[m]['low']:+.2f}, {paired[m]['high']:+.2f}] "
                              f"({paired[m]['mdd']:.2f}, n={paired[m]['n']})" for m in get_task(task).metrics

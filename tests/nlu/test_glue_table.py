@@ -72,6 +72,7 @@ def test_table_pairs_the_seeds_both_rows_have(table_script, tmp_path):
     markdown = table_script.markdown(table)
     assert markdown.index("| MRPC | official-softmax") < markdown.index("| MRPC | official-bam")
     assert "(all-MiniLM-L6-v2)" in markdown and "accuracy +1.17 [" in markdown and "| 88.5 |" in markdown
+    assert "accuracy 80.50 +- 1.29 (n=4)" in markdown and "| accuracy 70.00 (n=1), f1 70.00 (n=1) |" in markdown
     assert table["across_tasks"] == {}  # one task: nothing to summarise over tasks
 
 
