@@ -51,10 +51,16 @@ def one_thread():
 
 
 @pytest.fixture
-def ctrl_c_on_call(monkeypatch):
+def ctrl_c_on_call(monkeypatch, request):
     """``restore = ctrl_c_on_call(owner, "name", n)``: the ``n``-th call of ``owner.name`` sends
-    this process SIGINT (a Ctrl-C) before it runs; ``restore()`` puts the original back."""
+    this process SIGINT (a Ctrl-C) before it runs; ``restore()`` puts the original back. A suite started in
+    the background by a shell without job control inherits SIGINT ignored: Python's Ctrl-C handler is put
+    back for the test, so that it sees the KeyboardInterrupt a terminal would give."""
     import signal
+
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        request.addfinalizer(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
 
     def patch(owner, name: str, n: int):
         original, calls = getattr(owner, name), []
