@@ -111,6 +111,17 @@ def load_results(out: Path) -> Dict[str, Dict[str, Dict[int, dict]]]:
     return found
 
 
+#: What the table keeps of each seed's record: enough to build the table again (:func:`found_in_table`).
+RECORD_KEYS = ("dev", "train_seconds", "model", "commit")
+
+
+def found_in_table(table: dict) -> Dict[str, Dict[str, Dict[int, dict]]]:
+    """The per-seed records a ``table.json`` was built from, as :func:`load_results` gives them: a committed
+    table can be recomputed without the runs."""
+    return {task: {row: {int(seed): record for seed, record in entry["per_seed"].items()}
+                   for row, entry in t["rows"].items()} for task, t in table["tasks"].items()}
+
+
 def verdict(paired: dict) -> str:
     """A paired difference's verdict from its interval: ``gain``, ``loss`` or ``none detected``."""
     return "gain" if paired["low"] > 0 else "loss" if paired["high"] < 0 else "none detected"
@@ -133,7 +144,7 @@ def build_table(found) -> dict:
             entry["encoders"] = sorted({Path(r["model"]).name for r in seeds.values()})
             entry["commits"] = sorted({r["commit"] or "unknown" for r in seeds.values()})
             entry["train_seconds_mean"] = mean_std([r["train_seconds"] for r in seeds.values()])["mean"]
-            entry["dev"] = {s: seeds[s]["dev"] for s in sorted(seeds)}
+            entry["per_seed"] = {s: {key: seeds[s][key] for key in RECORD_KEYS} for s in sorted(seeds)}
             baseline = ROWS[row].baseline
             base = rows.get(baseline, {}) if baseline else {}
             shared = sorted(set(seeds) & set(base))

@@ -94,3 +94,15 @@ def test_the_summary_over_tasks_counts_verdicts_and_pools_the_differences(table_
     expected = random_effects_mean([d["mean"] for d in diffs], [d["sd"] / d["n"] ** 0.5 for d in diffs])
     assert summary["random_effects"] == pytest.approx(expected)
     assert "official-bam over 2 tasks (MRPC, RTE)" in table_script.markdown(table)
+
+
+def test_a_table_json_builds_the_same_table_again(table_script, tmp_path):
+    import json as json_module
+
+    for seed, (acc, f1) in {0: (80.0, 85.0), 1: (82.0, 86.0), 2: (81.0, 85.5)}.items():
+        _run(tmp_path, "RTE", "official-softmax", seed, acc, f1)
+        _run(tmp_path, "RTE", "official-bam", seed, acc + 0.5 * seed, f1)
+    table = table_script.build_table(table_script.load_results(tmp_path))
+    saved = json_module.loads(json_module.dumps(table))  # as written to and read from table.json
+    again = table_script.build_table(table_script.found_in_table(saved))
+    assert json_module.loads(json_module.dumps(again)) == saved
