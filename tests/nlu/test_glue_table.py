@@ -106,3 +106,14 @@ def test_a_table_json_builds_the_same_table_again(table_script, tmp_path):
     saved = json_module.loads(json_module.dumps(table))  # as written to and read from table.json
     again = table_script.build_table(table_script.found_in_table(saved))
     assert json_module.loads(json_module.dumps(again)) == saved
+
+
+def test_the_docs_table_is_the_committed_table_json(table_script):
+    """docs/nlu.md's official-grid table is rebuilt from docs/tables/glue-table.json, line for line."""
+    root = Path(__file__).resolve().parents[2]
+    saved = json.loads((root / "docs" / "tables" / "glue-table.json").read_text())
+    again = table_script.build_table(table_script.found_in_table(saved))
+    assert json.loads(json.dumps(again)) == saved
+    doc = (root / "docs" / "nlu.md").read_text()
+    start = doc.index("<!-- official-grid -->\n") + len("<!-- official-grid -->\n")
+    assert doc[start:doc.index("<!-- /official-grid -->")] == table_script.markdown(again)
