@@ -6,7 +6,7 @@ from typing import Dict, Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
-from common.utils.config import Rule, at_least, layer_configs, packaged_config, packaged_preset
+from common.utils.config import Rule, at_least, flatten, layer_configs, packaged_config, packaged_preset
 
 from .tasks import get_task
 
@@ -63,23 +63,14 @@ def deviations(cfg: DictConfig) -> Dict[str, dict]:
     layer = preset_layer(cfg.preset, cfg.task)
     softmax_arm = cfg.attention.name == "softmax"
     found = {}
-    for key, wanted in _leaves(OmegaConf.to_container(layer, resolve=True)).items():
-        if softmax_arm and key.startswith(BAM_ARM_KEYS):
+    for key, wanted in flatten(OmegaConf.to_container(layer, resolve=True), whole=("attention.options",)).items():
+        if not key or (softmax_arm and key.startswith(BAM_ARM_KEYS)):  # "": a preset that sets nothing
             continue
         actual = OmegaConf.select(cfg, key)
         actual = OmegaConf.to_container(actual, resolve=True) if isinstance(actual, DictConfig) else actual
         if actual != wanted:
             found[key] = {"preset": wanted, "run": actual}
     return found
-
-
-def _leaves(node, prefix: str = "") -> dict:
-    if isinstance(node, dict) and prefix != "attention.options.":
-        out = {}
-        for key, value in node.items():
-            out.update(_leaves(value, f"{prefix}{key}."))
-        return out
-    return {prefix[:-1]: node}
 
 
 def _sets_options(overrides: Sequence[str], config_file: Optional[str]) -> bool:

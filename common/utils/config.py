@@ -167,7 +167,7 @@ def _fits(schema: Any, value: Any) -> bool:
 def check_types(cfg: DictConfig, layer: DictConfig, source: str) -> None:
     """Every value ``layer`` sets has the type of the value it replaces in ``cfg`` (see the module
     docstring); keys ``cfg`` lacks are left to the merge (unknown, or under an open key)."""
-    for key, value in _flatten(OmegaConf.to_container(layer, resolve=False)).items():
+    for key, value in flatten(OmegaConf.to_container(layer, resolve=False)).items():
         node, parts = cfg, key.split(".")
         for depth, part in enumerate(parts, 1):
             if not isinstance(node, DictConfig) or part not in node:
@@ -231,7 +231,7 @@ def unknown_key(cfg: DictConfig, key: str) -> bool:
 def check_known(cfg: DictConfig, layer: DictConfig, source: str, defaults_name: str) -> None:
     """Every key ``layer`` sets exists in ``cfg`` (or lies under one of its open keys); else one line naming the
     first unknown key and the known keys most like it (:func:`close_keys`)."""
-    for key in _flatten(OmegaConf.to_container(layer, resolve=False)):
+    for key in flatten(OmegaConf.to_container(layer, resolve=False)):
         if key and unknown_key(cfg, key):  # "": an empty layer
             matches = close_keys(key, _dotted_keys(OmegaConf.to_container(cfg, resolve=False)))
             listed = " or ".join(", ".join(matches).rsplit(", ", 1))
@@ -307,11 +307,14 @@ def to_dict(cfg: DictConfig) -> Dict[str, Any]:
     return OmegaConf.to_container(cfg, resolve=True)
 
 
-def _flatten(node: Any, prefix: str = "") -> Dict[str, Any]:
-    if isinstance(node, dict) and node:
+def flatten(node: Any, whole: Iterable[str] = (), prefix: str = "") -> Dict[str, Any]:
+    """``{dotted key: value}`` of a nested dict's leaves (an empty dict is a leaf); the dotted keys of ``whole``
+    stay one value each (e.g. ``attention.options``, compared as a mapping)."""
+    whole = tuple(whole)
+    if isinstance(node, dict) and node and prefix[:-1] not in whole:
         flat: Dict[str, Any] = {}
         for key, value in node.items():
-            flat.update(_flatten(value, f"{prefix}{key}."))
+            flat.update(flatten(value, whole, f"{prefix}{key}."))
         return flat
     return {prefix[:-1]: node}
 
@@ -320,7 +323,7 @@ def config_changes(saved: Dict[str, Any], config: Dict[str, Any], resumable: Ite
     """``{dotted key: (saved value, new value)}`` for every key that differs, except the
     ``resumable`` keys and everything under them (paths, threads, epochs ...)."""
     resumable = tuple(resumable)
-    old, new = _flatten(saved), _flatten(config)
+    old, new = flatten(saved), flatten(config)
     return {key: (old.get(key), new.get(key)) for key in sorted(set(old) | set(new))
             if old.get(key) != new.get(key) and not any(key == r or key.startswith(r + ".") for r in resumable)}
 
