@@ -154,26 +154,28 @@ def build_table(found: Dict[str, Dict[str, dict]]) -> dict:
     Holm's correction over the rows compared (test accuracy and the learning-speed measure, each its family)."""
     from tagging.metrics import GROUPS
 
+    def speed_of(record: dict) -> Optional[float]:
+        return dev_acc_after(record["curve"], SPEED_UPDATES)
+
     base = found.get("pe-add", {})
+    base_accuracy, base_speed = treebank_means(base, lambda r: r["test"]["all"]), treebank_means(base, speed_of)
     rows = {}
     for row, by_tb in found.items():
         runs = [r for res in by_tb.values() for r in res["per_seed"]]
         entry = {"label": next(iter(by_tb.values()))["label"], "treebanks": len(by_tb), "runs": len(runs),
                  "per_treebank": {tb: mean_std([r["test"]["all"] for r in res["per_seed"]])
                                   for tb, res in sorted(by_tb.items())}}
-        for metric in GROUPS:
-            means = treebank_means(by_tb, lambda r: r["test"].get(metric))
-            if len(means) >= 1:
-                entry[f"macro_{metric}"] = mean_std(list(means.values()))
-        speed = treebank_means(by_tb, lambda r: dev_acc_after(r["curve"], SPEED_UPDATES))
+        means = {metric: treebank_means(by_tb, lambda r, m=metric: r["test"].get(m)) for metric in GROUPS}
+        for metric, per_treebank in means.items():
+            if per_treebank:
+                entry[f"macro_{metric}"] = mean_std(list(per_treebank.values()))
+        speed = treebank_means(by_tb, speed_of)
         entry[f"dev_acc_after_{SPEED_UPDATES}_updates"] = mean_std(list(speed.values())) if speed else None
         for key in ("dev_acc_after_1_epoch", "epochs", "train_seconds"):
             entry[key] = mean_std([r[key] for r in runs])
         if row != "pe-add":
-            entry["vs_pe_add"] = compare(treebank_means(base, lambda r: r["test"]["all"]),
-                                         treebank_means(by_tb, lambda r: r["test"]["all"]))
-            entry["vs_pe_add_speed"] = compare(
-                treebank_means(base, lambda r: dev_acc_after(r["curve"], SPEED_UPDATES)), speed)
+            entry["vs_pe_add"] = compare(base_accuracy, means["all"])
+            entry["vs_pe_add_speed"] = compare(base_speed, speed)
         rows[row] = entry
     _holm(rows, "vs_pe_add", tost=True)
     _holm(rows, "vs_pe_add_speed", tost=False)
