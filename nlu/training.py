@@ -10,8 +10,8 @@ divided by their number). The loss is the
 cross-entropy (STS-B: squared error) plus ``kl.weight * f(update) * KL`` for BAM normalizers, the KL
 summed over the layers; with ``kl.detach`` the KL carries no gradient (the authors' ALBERT code). The
 dev set is scored after every epoch and after the last update; the reported scores are the last ones (no
-selection on dev). Stochastic normalizers are evaluated with their mean weights, or by averaging ``train.mc_samples``
-sampled passes.
+selection on dev). Stochastic normalizers are evaluated with their mean weights, or by averaging
+``train.mc_samples`` sampled passes.
 
 Files under ``<out_dir>``: ``config.json``; ``seed<k>/`` with ``metrics.jsonl`` (+ TensorBoard events:
 ``step`` = update, ``train/loss``, ``train/kl``, ``dev/<metric>``) and ``checkpoints/step_<update>.pt``
@@ -81,7 +81,8 @@ class GlueData:
     @classmethod
     def load(cls, cfg: DictConfig, model_dir: Path) -> "GlueData":
         spec, root = get_task(cfg.task), default_data_root(cfg.data_root)
-        splits = [read_split(spec, split, root) for split in ("train", "dev")]  # a bad file is refused before the tokenizer loads
+        # both splits are read first: a bad file is refused before the tokenizer loads
+        splits = [read_split(spec, split, root) for split in ("train", "dev")]
         tokenizer = load_tokenizer(model_dir)
         train, dev = (encode(tokenizer, split, cfg.data.max_length) for split in splits)
         return cls(spec, tokenizer, train, dev)

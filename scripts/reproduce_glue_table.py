@@ -5,7 +5,7 @@ pretrained encoder that can be had here (default: MiniLM-L6), seeds paired, then
     python scripts/reproduce_glue_table.py --tasks CoLA STS-B --seeds 5 --jobs 2
     python scripts/reproduce_glue_table.py --tasks MRPC --rows standard-softmax standard-bam-wc \
         standard-bam-wc-kl0.001 standard-bam-wc-kl0 --seeds 5 --jobs 2                   # the KL-weight sweep
-    python scripts/reproduce_glue_table.py --table-only                                  # the table from the runs so far
+    python scripts/reproduce_glue_table.py --table-only                       # the table from the runs so far
 
 Each cell is one seed of one row on one task, a ``python -m nlu.train`` run (``--threads 1``; ``--jobs`` at a
 time) into ``<out>/<task>/<row>/seed<k>``; finished cells are skipped, so an interrupted grid resumes. Cells run
