@@ -2,10 +2,10 @@
 unfinished and which checkpoint it scored, on the terminal and in results_<split>.json."""
 from __future__ import annotations
 
-import json
-
 from captioning import evaluate, training
 from captioning.config import load_config
+
+from tests.unfinished_runs import assert_reported_unfinished
 
 
 def test_evaluate_names_an_unfinished_run_and_its_checkpoint(coco_fixture, tiny_overrides, tmp_path, capsys):
@@ -16,10 +16,4 @@ def test_evaluate_names_an_unfinished_run_and_its_checkpoint(coco_fixture, tiny_
     capsys.readouterr()
     assert evaluate.main([str(out), "--split", "val", "--metrics", "cider", "--no-progress", "--threads", "1"]) == 0
     captured = capsys.readouterr()
-    assert f"seed 0: checkpoint {out / 'best.pt'} (training unfinished: the weights saved so far)" in \
-        captured.err.splitlines()
-    assert ("unfinished: seed 0 scored at the weights saved so far; re-run the run's python -m captioning.train "
-            "command to finish its training") in captured.out.splitlines()
-    results = json.loads((out / "results_val.json").read_text())
-    assert (results["seed"], results["checkpoint"], results["finished"]) == (0, str(out / "best.pt"), False)
-    assert results["unfinished_seeds"] == [0]
+    assert_reported_unfinished(captured, out / "results_val.json", 0, out / "best.pt", "python -m captioning.train")

@@ -7,6 +7,8 @@ import json
 from common.utils.checkpoint import Checkpointer
 from mt import evaluate
 
+from tests.unfinished_runs import assert_reported_unfinished
+
 from .test_cli import run_train
 
 
@@ -17,13 +19,7 @@ def test_evaluate_names_an_unfinished_run_and_its_checkpoints(tiny_root, tmp_pat
     capsys.readouterr()
     assert evaluate.main([str(out), "--split", "val", "--beam", "1", "--data-root", str(tiny_root)]) == 0
     captured = capsys.readouterr()
-    assert f"seed 1: checkpoint {out / 'best.pt'} (training unfinished: the weights saved so far)" in \
-        captured.err.splitlines()
-    assert ("unfinished: seed 1 scored at the weights saved so far; re-run the run's python -m mt.train "
-            "command to finish its training") in captured.out.splitlines()
-    record = json.loads((out / "eval_val_beam1.json").read_text())
-    assert (record["seed"], record["checkpoint"], record["finished"]) == (1, str(out / "best.pt"), False)
-    assert record["unfinished_seeds"] == [1]
+    assert_reported_unfinished(captured, out / "eval_val_beam1.json", 1, out / "best.pt", "python -m mt.train")
 
     assert evaluate.main([str(out), "--split", "val", "--beam", "1", "--data-root", str(tiny_root),
                           "--average", "2"]) == 0

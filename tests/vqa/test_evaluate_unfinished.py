@@ -2,9 +2,9 @@
 checkpoint it scored, on the terminal and in eval_<split>.json."""
 from __future__ import annotations
 
-import json
-
 from vqa import evaluate, train
+
+from tests.unfinished_runs import assert_reported_unfinished
 
 from .test_cli import SMALL
 
@@ -18,10 +18,4 @@ def test_evaluate_names_an_unfinished_run_and_its_checkpoint(vqa_fixture, tmp_pa
     assert evaluate.main([str(out), "--no-progress", "--threads", "1"]) == 0
     captured = capsys.readouterr()
     checkpoint = out / "checkpoints" / "step_0.pt"
-    assert f"seed 0: checkpoint {checkpoint} (training unfinished: the weights saved so far)" in \
-        captured.err.splitlines()
-    assert ("unfinished: seed 0 scored at the weights saved so far; re-run the run's python -m vqa.train "
-            "command to finish its training") in captured.out.splitlines()
-    report = json.loads((out / "eval_val.json").read_text())
-    assert (report["seed"], report["checkpoint"], report["finished"]) == (0, str(checkpoint), False)
-    assert report["unfinished_seeds"] == [0]
+    assert_reported_unfinished(captured, out / "eval_val.json", 0, checkpoint, "python -m vqa.train")

@@ -2,10 +2,10 @@
 and which checkpoint it scored, on the terminal and in eval_<split>.json."""
 from __future__ import annotations
 
-import json
-
 from common.utils.checkpoint import Checkpointer
 from vqa.lxmert import evaluate, train
+
+from tests.unfinished_runs import assert_reported_unfinished
 
 from .test_lxmert_training import _train_args
 
@@ -19,10 +19,4 @@ def test_evaluate_names_an_unfinished_run_and_its_checkpoint(vqa_root, tmp_path,
     assert evaluate.main([str(out), "--no-progress", "--threads", "1"]) == 0
     captured = capsys.readouterr()
     checkpoint = Checkpointer(out).paths()[-1]
-    assert f"seed 0: checkpoint {checkpoint} (training unfinished: the weights saved so far)" in \
-        captured.err.splitlines()
-    assert ("unfinished: seed 0 scored at the weights saved so far; re-run the run's python -m vqa.lxmert.train "
-            "command to finish its training") in captured.out.splitlines()
-    record = json.loads((out / "eval_val.json").read_text())
-    assert (record["seed"], record["checkpoint"], record["finished"]) == (0, str(checkpoint), False)
-    assert record["unfinished_seeds"] == [0]
+    assert_reported_unfinished(captured, out / "eval_val.json", 0, checkpoint, "python -m vqa.lxmert.train")
