@@ -106,14 +106,20 @@ def _dense_bam_reference(norm, q, k, v, mask, noise, keep):
     return out, aux.total()
 
 
-@pytest.mark.parametrize("dtype, tolerance", [(torch.bfloat16, 3e-2), (torch.float32, 1e-2)], ids=["bf16", "fp32-tf32"])
-@pytest.mark.parametrize("name, d, dropout", [("bam-wc", 64, 0.0), ("bam-wc", 128, 0.1), ("bam-lc", 64, 0.1)])
+BF16, TF32 = (torch.bfloat16, 3e-2), (torch.float32, 1e-2)
+
+
+@pytest.mark.parametrize("name, d, dropout, dtype, tolerance", [
+    ("bam-wc", 64, 0.0, *BF16), ("bam-wc", 64, 0.0, *TF32), ("bam-wc", 128, 0.1, *BF16), ("bam-wc", 64, 0.1, *TF32),
+    ("bam-lc", 64, 0.1, *BF16), ("bam-lc", 64, 0.1, *TF32)])
 def test_dense_bam_operator_follows_the_materialised_path(name, d, dropout, dtype, tolerance):
     """The compiled kernels (special-function unit's log2/sin/cos, tensor-core products) at working sizes: output,
-    KL and every gradient against the float32 materialised path under the same draws, a ragged key mask included."""
+    KL and every gradient against the float32 materialised path under the same draws, a ragged key mask included.
+    Float32 heads wider than 64 have no kernel tiles (tests/common/test_kernel_aot.py): the chunked path takes them."""
     from common.attention import dense_bam
-    from common.attention.kernels.dense_bam import NOISE_LOGNORMAL, NOISE_WEIBULL, seed_for_call, standard_noise
+    from common.attention.kernels.dense_bam import NOISE_LOGNORMAL, NOISE_WEIBULL, seed_for_call, standard_noise, tiles
     torch.backends.cuda.matmul.allow_tf32 = True
+    assert tiles(dtype, d, d, interpret=False) is not None
     B, H, L = 2, 4, 1000
     g = torch.Generator(device="cuda").manual_seed(0)
     q, k, v = (torch.randn(B, H, L, d, device="cuda", generator=g).to(dtype).requires_grad_() for _ in range(3))
@@ -134,7 +140,8 @@ def test_dense_bam_operator_follows_the_materialised_path(name, d, dropout, dtyp
     got = torch.autograd.grad((out.float() * upstream).sum() + kl, inputs)
     want = torch.autograd.grad((ref_out * upstream).sum() + ref_kl, inputs)
     for a, b in zip(got, want):
-        scale = b.float().abs().max().clamp_min(1e-6)
+        # the prior network's output bias shifts every key's logit alike: its true gradient is 0 (about 1e-8 here)
+        scale = b.float().abs().max().clamp_min(1e-3)
         assert ((a.float() - b.float()).abs().max() / scale) < 5 * tolerance
 
 

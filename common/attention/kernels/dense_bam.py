@@ -485,16 +485,16 @@ MAX_HEAD_DIM = 128
 #: kernel (queries x keys), of the backward kernel (queries per step x keys per program), and of the backward kernel
 #: with Lognormal noise (Box-Muller pairs hold more registers); every launch asks for up to 255 registers
 #: (``maxnreg``). The largest tiles free of spills at every launch of :mod:`common.attention.kernels.aot` (its
-#: cases' variants and lengths, sm_80 and sm_90).
+#: cases' variants and lengths, sm_80 and sm_90). float32 with TF32 products has no tiles for heads wider than 64:
+#: the only spill-free backward tile, 16 x 16 with 4 warps, gave wrong dQ, dK and dV on an H200 (Triton 3.6; 16 x 32
+#: and 32 x 16 were wrong too, 16 x 64 right but spilling), so those calls take the chunked path.
 _TILES = {
     (True, "half", False): ((128, 64, 8, 2), (32, 128, 8, 2), (32, 128, 8, 2)),
     (True, "half", True): ((128, 64, 8, 2), (16, 128, 8, 2), (16, 32, 4, 2)),
     (True, "tf32", False): ((128, 32, 8, 2), (32, 128, 8, 2), (16, 128, 8, 2)),
-    (True, "tf32", True): ((128, 32, 8, 2), (16, 16, 4, 2), (16, 16, 4, 2)),
     (False, "half", False): ((128, 64, 8, 2), (16, 128, 8, 2), (16, 128, 8, 2)),
     (False, "half", True): ((128, 32, 8, 2), (16, 64, 8, 2), (16, 64, 8, 2)),
     (False, "tf32", False): ((128, 32, 8, 2), (16, 128, 8, 2), (16, 128, 8, 2)),
-    (False, "tf32", True): ((128, 32, 8, 2), (16, 16, 4, 2), (16, 16, 4, 2)),
 }
 
 
@@ -513,7 +513,8 @@ def precision(dtype: torch.dtype, interpret: bool) -> str:
 def takes(dtype: torch.dtype, d: int, dv: int, interpret: bool) -> bool:
     """Whether the kernels take this dtype, float32 product precision and head size (:func:`tiles` is not None),
     whatever the GPU: no heads wider than :data:`MAX_HEAD_DIM`, no float32 without TF32 (three-pass products:
-    the backward kernel spills at every tile tried on an H100, down to 16 x 16)."""
+    the backward kernel spills at every tile tried on an H100, down to 16 x 16), no float32 with TF32 for heads
+    wider than 64 (see :data:`_TILES`)."""
     return interpret or (max(d, dv) <= MAX_HEAD_DIM and (True, precision(dtype, interpret), max(
         16, triton.next_power_of_2(d), triton.next_power_of_2(dv)) > 64) in _TILES)
 
