@@ -5,12 +5,21 @@ Each domain's ``train`` takes ``--data-root``, ``--out``, ``--config``, ``--devi
 between options too);
 domain options (``--attention``, ``--dataset`` ...) are added to the returned parser and
 become overrides through :func:`overrides_from`.
+
+Every CLI imports this module before torch, and with it OpenMP's idle threads sleep instead of spinning
+(``OMP_WAIT_POLICY=PASSIVE``, unless the environment sets a policy): libgomp reads the variable when torch
+(or the C kernels) load it. On a CPU shared with other work the spinning threads stalled the CLIs: GLUE MRPC
+for 50 updates took 3.42x its idle time beside two busy processes with them, 2.03x without, its idle time
+8.7 % longer (``benchmarks/busy_cpu.py``, docs/utilities.md).
 """
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Mapping
 from typing import Any, Optional
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 def training_parser(prog: str, description: str, defaults: str, example: str,

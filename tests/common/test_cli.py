@@ -49,3 +49,35 @@ def test_every_train_cli_takes_the_shared_options(module, key, monkeypatch):
     monkeypatch.setattr(mod, "load_config", stop)
     assert mod.main(["--threads", "2", "--device", "cpu", "--no-progress", "--out", "runs/x"]) == 130
     assert f"{key}=2" in seen["overrides"] and "device=cpu" in seen["overrides"]
+
+
+CLIS = ["graphattn.train", "graphattn.evaluate", "tagging.train", "tagging.evaluate", "nlu.train", "nlu.evaluate",
+        "mt.train", "mt.evaluate", "mt.translate", "vqa.train", "vqa.evaluate", "vqa.lxmert.train",
+        "vqa.lxmert.evaluate", "captioning.train", "captioning.evaluate", "captioning.visualize"]
+
+
+@pytest.mark.parametrize("preset", [None, "ACTIVE"])
+def test_every_cli_lets_openmp_threads_sleep_before_torch_loads_it(preset):
+    """Idle OpenMP threads that spin stalled the CLIs on a shared CPU (benchmarks/busy_cpu.py): each CLI module
+    sets OMP_WAIT_POLICY=PASSIVE before torch is imported (libgomp reads it then), and keeps a policy the
+    user set."""
+    import os
+    import subprocess
+    import sys
+    probe = ("import importlib, os, sys\n"
+             f"for name in {CLIS!r}:\n"
+             "    importlib.import_module(name)\n"
+             "    assert 'torch' not in sys.modules, name + ' imports torch before its arguments are parsed'\n"
+             "print(os.environ['OMP_WAIT_POLICY'])\n")
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    if preset:
+        env["OMP_WAIT_POLICY"] = preset
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True).stdout
+    assert out.strip() == (preset or "PASSIVE")
+
+
+def test_the_gat_trains_on_one_thread_unless_told_otherwise():
+    """Planetoid graphs train about as fast on one thread as on two idle cores and do not stall beside other
+    work (docs/utilities.md, "Threads on a shared CPU")."""
+    from graphattn.config import load_config
+    assert load_config().train.num_threads == 1
