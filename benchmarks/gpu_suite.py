@@ -5,10 +5,10 @@
 The parts run in this order, each in its own process and time box (a part that overruns is stopped, the
 next one starts), the issue's headline numbers first, so that the default 7 minutes yield them:
 
-1. ``dense-bam`` (170 s): BAM-WC through ``Attend`` vs the fastest baseline and the reference Triton flash
+1. ``dense-bam`` (200 s): BAM-WC through ``Attend`` vs the fastest baseline and the reference Triton flash
    kernel, rows of equal length first (bf16 then fp32; L = 4096, 16384, 512; head sizes 64 and 128), then
    padded rows; time, TFLOP/s, first call apart, peak memory (``benchmarks/block.py --only bam``);
-2. ``mcan`` (75 s): MCAN-small training and inference steps in eager mode, softmax vs BAM-WC, fp32 and bf16
+2. ``mcan`` (50 s): MCAN-small training and inference steps in eager mode, softmax vs BAM-WC, fp32 and bf16
    (``benchmarks/vqa.py``; first calls apart);
 3. ``gat`` (45 s): our GAT layers (softmax, BAM-WC) vs PyG's ``GATConv`` on Cora (``benchmarks/gat.py``);
 4. ``lxmert`` (60 s): LXMERT-base with BAM, entmax and a binding span vs plain Hugging Face
@@ -85,11 +85,11 @@ def parts(out: Path, data_root: str, mt_minutes: float, device: str = "cuda") ->
                  "train.log_every=20", "eval.valid_bleu_sentences=500"]
     compiled = [f"{name}/bf16/{mode}" for mode in ("default", "reduce-overhead") for name in ("softmax", "bam-wc")]
     return [
-        Part("dense-bam", "dense BAM-WC vs the fastest baseline and the reference flash kernel", 170,
+        Part("dense-bam", "dense BAM-WC vs the fastest baseline and the reference flash kernel", 200,
              [bench("block.py", "--only", "bam", "--bam", "bam-wc", "--padding", "none", "random", "--dtypes", "bf16",
                     "fp32", "--lengths", "4096", "16384", "512", "--head-dims", "64", "128", "--row-seconds", "0.5")],
              ["block_bam.json"], results_env),
-        Part("mcan", "MCAN-small steps, eager", 75,
+        Part("mcan", "MCAN-small steps, eager", 50,
              [mcan("bam-wc/fp32/off", "softmax/bf16/off", "bam-wc/bf16/off", result="vqa.json")], ["vqa.json"]),
         Part("gat", "GAT layers vs PyG GATConv on Cora", 45, [gat("layer", "gat.json")], ["gat.json"]),
         Part("lxmert", "LXMERT variants vs plain Hugging Face", 60,
