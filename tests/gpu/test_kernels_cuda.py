@@ -94,18 +94,6 @@ def _compare_trimmed_and_full_span_on_cuda():
         assert torch.allclose(a, b, rtol=1e-4, atol=1e-5 * float(b.abs().max()))
 
 
-def _dense_bam_reference(norm, q, k, v, mask, noise, keep):
-    """The materialised path in float32 under the operator's noise and dropout."""
-    norm._log_noise = lambda scores: noise
-    try:
-        with attention.aux_losses() as aux:
-            weights = norm(q.float() @ k.float().transpose(-1, -2) * q.shape[-1] ** -0.5, mask=mask, keys=k.float())
-            out = (weights * keep) @ v.float()
-    finally:
-        del norm._log_noise
-    return out, aux.total()
-
-
 BF16, TF32 = (torch.bfloat16, 3e-2), (torch.float32, 1e-2)
 
 
@@ -114,10 +102,11 @@ BF16, TF32 = (torch.bfloat16, 3e-2), (torch.float32, 1e-2)
     ("bam-lc", 64, 0.1, *BF16), ("bam-lc", 64, 0.1, *TF32)])
 def test_dense_bam_operator_follows_the_materialised_path(name, d, dropout, dtype, tolerance):
     """The compiled kernels (special-function unit's log2/sin/cos, tensor-core products) at working sizes: output,
-    KL and every gradient against the float32 materialised path under the same draws, a ragged key mask included.
-    Float32 heads wider than 64 have no kernel tiles (tests/common/test_kernel_aot.py): the chunked path takes them."""
-    from common.attention import dense_bam
-    from common.attention.kernels.dense_bam import NOISE_LOGNORMAL, NOISE_WEIBULL, seed_for_call, standard_noise, tiles
+    KL and every gradient against the float32 materialised path under the same draws, a ragged key mask included
+    (benchmarks/dense_bam_tiles.errors, which also checks candidate tiles). Float32 heads wider than 64 have no
+    kernel tiles (tests/common/test_kernel_aot.py): the chunked path takes them."""
+    from benchmarks.dense_bam_tiles import errors
+    from common.attention.kernels.dense_bam import tiles
     torch.backends.cuda.matmul.allow_tf32 = True
     assert tiles(dtype, d, d, interpret=False) is not None
     B, H, L = 2, 4, 1000
@@ -125,24 +114,9 @@ def test_dense_bam_operator_follows_the_materialised_path(name, d, dropout, dtyp
     q, k, v = (torch.randn(B, H, L, d, device="cuda", generator=g).to(dtype).requires_grad_() for _ in range(3))
     mask = (torch.arange(L, device="cuda") < torch.tensor([L, 700], device="cuda")[:, None]).view(B, 1, 1, L)
     norm = attention.build(name, key_dim=d, k=4.0, sigma=0.5).cuda().train()
-    torch.manual_seed(5)
-    with attention.aux_losses() as aux:
-        out = dense_bam.dense_bam_attention(norm, q, k, v, mask=mask, dropout=dropout)
-    kl = aux.total()
-    torch.manual_seed(5)
-    kind = NOISE_WEIBULL if norm.posterior == "weibull" else NOISE_LOGNORMAL
-    noise, keep = standard_noise(B * H, L, L, kind, seed_for_call("cuda"), dropout, "cuda")
-    ref_out, ref_kl = _dense_bam_reference(norm, q, k, v, mask, noise.view(B, H, L, L), keep.view(B, H, L, L))
-    assert torch.allclose(out.float(), ref_out, rtol=tolerance, atol=tolerance)
-    assert torch.allclose(kl.float(), ref_kl, rtol=tolerance, atol=tolerance)
-    upstream = torch.randn(out.shape, device="cuda", generator=g)
-    inputs = [q, k, v, *norm.parameters()]
-    got = torch.autograd.grad((out.float() * upstream).sum() + kl, inputs)
-    want = torch.autograd.grad((ref_out * upstream).sum() + ref_kl, inputs)
-    for a, b in zip(got, want):
-        # the prior network's output bias shifts every key's logit alike: its true gradient is 0 (about 1e-8 here)
-        scale = b.float().abs().max().clamp_min(1e-3)
-        assert ((a.float() - b.float()).abs().max() / scale) < 5 * tolerance
+    found = errors(torch, q, k, v, mask, norm, dropout)
+    assert found["out"] < tolerance and found["kl"] < tolerance, found
+    assert max(found.values()) < 5 * tolerance, found
 
 
 @pytest.mark.parametrize("kind", ["weibull", "lognormal"])
