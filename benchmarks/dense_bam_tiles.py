@@ -16,11 +16,12 @@ Runs in Triton's interpreter too (``TRITON_INTERPRET=1``, tiny sizes: errors onl
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import Iterator, List, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -70,6 +71,24 @@ class TileChoice:
         pick = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")
         return {pass_: "x".join(str(getattr(tiles, pass_).get(k, "-")) for k in pick)
                 for pass_ in ("forward", "backward")} if tiles else {}
+
+
+@contextlib.contextmanager
+def kernel_settings(torch, device: str) -> Iterator[None]:
+    """While the sweep runs: TF32 products allowed (as the trainers allow them), and on a CPU the kernels in
+    Triton's interpreter rather than the CPU path (``ATTN_TRITON=1``); both as they were afterwards."""
+    saved = os.environ.get("ATTN_TRITON"), torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = True
+    if device == "cpu":
+        os.environ["ATTN_TRITON"] = "1"
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = saved[1]
+        if saved[0] is None:
+            os.environ.pop("ATTN_TRITON", None)
+        else:
+            os.environ["ATTN_TRITON"] = saved[0]
 
 
 def errors(torch, q, k, v, mask, norm, dropout: float) -> dict:
@@ -169,9 +188,6 @@ def main(argv: Optional[List[str]] = None) -> int:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cpu" and not interpreting():
         parser.error("needs a CUDA GPU, or TRITON_INTERPRET=1 for the error column alone")
-    if device == "cpu":
-        os.environ["ATTN_TRITON"] = "1"  # the kernels in the interpreter, not the CPU path
-    torch.backends.cuda.matmul.allow_tf32 = True
     dtype = getattr(torch, DTYPES[args.dtype])
     B, H, L, d = args.batch_heads // 8, 8, args.length, args.head_dim
     g = torch.Generator(device).manual_seed(0)
@@ -179,7 +195,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     lengths = torch.tensor([L, L * 2 // 3], device=device).repeat(B)[:B]
     mask = (torch.arange(L, device=device) < lengths[:, None]).view(B, 1, 1, L)
     norm = attention.build("bam-wc", key_dim=d).to(device).train()
-    with TileChoice() as choice:
+    with TileChoice() as choice, kernel_settings(torch, device):
         shipped = choice.describe(dtype, d, interpreting())
         if not shipped:
             parser.error(f"{args.dtype} with head size {d} has no kernel tiles here: the chunked path takes it")

@@ -1,6 +1,7 @@
 """benchmarks/dense_bam_tiles.py in Triton's interpreter: candidate tiles reach the kernels, each row's error
 column compares the operator with the materialised path, and the shipped lookup is restored afterwards."""
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -29,6 +30,7 @@ def test_a_candidate_tile_replaces_the_shipped_one_only_inside_the_block():
 
 def test_each_row_reports_its_errors_against_the_materialised_path(tmp_path, monkeypatch):
     monkeypatch.setattr(_measure, "RESULTS_DIR", tmp_path)
+    before = os.environ.get("ATTN_TRITON")
     assert dense_bam_tiles.main(["--dtype", "fp32", "--length", "40", "--batch-heads", "8", "--dropout", "0.2",
                                  "--forward", "16x16x4x2", "--backward", "16x32x4x2"]) == 0
     result = json.loads((tmp_path / "dense_bam_tiles.json").read_text())
@@ -37,7 +39,8 @@ def test_each_row_reports_its_errors_against_the_materialised_path(tmp_path, mon
     for row in result["rows"]:
         assert {"out", "kl", "dq", "dk", "dv"} <= set(row["errors"]) and row["right"]
         assert row["worst"] < 1e-3
-    assert kernels.tiles is not None and not isinstance(kernels.tiles, dense_bam_tiles.TileChoice)
+    assert not isinstance(kernels.tiles, dense_bam_tiles.TileChoice)
+    assert os.environ.get("ATTN_TRITON") == before  # later tests keep their kernel choice
 
 
 def test_a_bad_tile_is_one_line():
