@@ -28,6 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks._measure import environment, rotated_times, write_json  # noqa: E402
 
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+#: The launch options a tile sets, in the order of ``BLOCK_MxBLOCK_NxWARPSxSTAGES``.
+TILE_KEYS = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")
 #: Largest relative error (of the worst output or gradient) a tile may show and still be timed.
 TOLERANCE = {"bf16": 3e-2, "fp16": 1e-2, "fp32": 1e-2}
 
@@ -60,40 +62,41 @@ class TileChoice:
         tiles = self.shipped(dtype, d, dv, interpret, lognormal)
         if tiles is None:
             return None
-        names = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")
-        forward = {**tiles.forward, **dict(zip(names, self.forward))} if self.forward else tiles.forward
-        backward = {**tiles.backward, **dict(zip(names, self.backward))} if self.backward else tiles.backward
+        forward = {**tiles.forward, **dict(zip(TILE_KEYS, self.forward))} if self.forward else tiles.forward
+        backward = {**tiles.backward, **dict(zip(TILE_KEYS, self.backward))} if self.backward else tiles.backward
         return self.kernels.Tiles(forward, backward)
 
     def describe(self, dtype, d, interpret: bool) -> dict:
         """The shipped tiles as ``BLOCK_MxBLOCK_NxWARPSxSTAGES`` per pass."""
         tiles = self.shipped(dtype, d, d, interpret)
-        pick = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")
-        return {pass_: "x".join(str(getattr(tiles, pass_).get(k, "-")) for k in pick)
+        return {pass_: "x".join(str(getattr(tiles, pass_).get(k, "-")) for k in TILE_KEYS)
                 for pass_ in ("forward", "backward")} if tiles else {}
 
 
 @contextlib.contextmanager
-def kernel_settings(torch, device: str) -> Iterator[None]:
+def kernel_settings(device: str) -> Iterator[None]:
     """While the sweep runs: TF32 products allowed (as the trainers allow them), and on a CPU the kernels in
     Triton's interpreter rather than the CPU path (``ATTN_TRITON=1``); both as they were afterwards."""
-    saved = os.environ.get("ATTN_TRITON"), torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = True
+    from common.attention.kernels import tf32_products
+
+    saved = os.environ.get("ATTN_TRITON")
     if device == "cpu":
         os.environ["ATTN_TRITON"] = "1"
     try:
-        yield
+        with tf32_products(True):
+            yield
     finally:
-        torch.backends.cuda.matmul.allow_tf32 = saved[1]
-        if saved[0] is None:
+        if saved is None:
             os.environ.pop("ATTN_TRITON", None)
         else:
-            os.environ["ATTN_TRITON"] = saved[0]
+            os.environ["ATTN_TRITON"] = saved
 
 
-def errors(torch, q, k, v, mask, norm, dropout: float) -> dict:
+def errors(q, k, v, mask, norm, dropout: float) -> dict:
     """Relative errors (max |a - b| / max |b|, the scale floored at 1e-3) of the operator's output, KL and
     gradients against the float32 materialised path under the same noise and dropout draws."""
+    import torch
+
     from common import attention
     from common.attention import dense_bam
     from common.attention.groups import make_groups
@@ -117,6 +120,7 @@ def errors(torch, q, k, v, mask, norm, dropout: float) -> dict:
     want = torch.autograd.grad((ref_out * upstream).sum() + ref_kl, inputs)
     names = ["out", "kl", "dq", "dk", "dv"] + [f"d_{n}" for n, _ in norm.named_parameters()]
     pairs = [(out, ref_out), (kl, ref_kl), *zip(got, want)]
+
     def relative(a, b):
         a, b = a.detach().float(), b.detach().float()
         return float((a - b).abs().max() / b.abs().max().clamp_min(1e-3))
@@ -147,7 +151,7 @@ def sweep(args, choice: TileChoice, q, k, v, mask, norm, device: str) -> list:
         row = {"forward": "x".join(map(str, forward)) if forward else "shipped",
                "backward": "x".join(map(str, backward)) if backward else "shipped"}
         try:
-            row["errors"] = errors(torch, q, k, v, mask, norm, args.dropout)
+            row["errors"] = errors(q, k, v, mask, norm, args.dropout)
             row["worst"] = max(row["errors"].values())
             row["right"] = row["worst"] <= TOLERANCE[args.dtype]
         except Exception as error:  # a tile that does not compile or launch
@@ -195,7 +199,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     lengths = torch.tensor([L, L * 2 // 3], device=device).repeat(B)[:B]
     mask = (torch.arange(L, device=device) < lengths[:, None]).view(B, 1, 1, L)
     norm = attention.build("bam-wc", key_dim=d).to(device).train()
-    with TileChoice() as choice, kernel_settings(torch, device):
+    with TileChoice() as choice, kernel_settings(device):
         shipped = choice.describe(dtype, d, interpreting())
         if not shipped:
             parser.error(f"{args.dtype} with head size {d} has no kernel tiles here: the chunked path takes it")

@@ -22,7 +22,7 @@ def test_a_candidate_tile_replaces_the_shipped_one_only_inside_the_block():
     with dense_bam_tiles.TileChoice() as choice:
         choice.backward = (16, 64, 4, 1)
         tiles = kernels.tiles(torch.bfloat16, 64, 64, False)
-        assert [tiles.backward[k] for k in ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")] == [16, 64, 4, 1]
+        assert [tiles.backward[k] for k in dense_bam_tiles.TILE_KEYS] == [16, 64, 4, 1]
         assert tiles.forward == shipped.forward
         assert kernels.tiles(torch.float32, 128, 128, False) is None  # no tiles stay no tiles
     assert kernels.tiles is choice.shipped
@@ -30,7 +30,7 @@ def test_a_candidate_tile_replaces_the_shipped_one_only_inside_the_block():
 
 def test_each_row_reports_its_errors_against_the_materialised_path(tmp_path, monkeypatch):
     monkeypatch.setattr(_measure, "RESULTS_DIR", tmp_path)
-    before = os.environ.get("ATTN_TRITON")
+    before = os.environ.get("ATTN_TRITON"), torch.backends.cuda.matmul.allow_tf32
     assert dense_bam_tiles.main(["--dtype", "fp32", "--length", "40", "--batch-heads", "8", "--dropout", "0.2",
                                  "--forward", "16x16x4x2", "--backward", "16x32x4x2"]) == 0
     result = json.loads((tmp_path / "dense_bam_tiles.json").read_text())
@@ -40,9 +40,10 @@ def test_each_row_reports_its_errors_against_the_materialised_path(tmp_path, mon
         assert {"out", "kl", "dq", "dk", "dv"} <= set(row["errors"]) and row["right"]
         assert row["worst"] < 1e-3
     assert not isinstance(kernels.tiles, dense_bam_tiles.TileChoice)
-    assert os.environ.get("ATTN_TRITON") == before  # later tests keep their kernel choice
+    assert (os.environ.get("ATTN_TRITON"), torch.backends.cuda.matmul.allow_tf32) == before  # later tests keep theirs
 
 
-def test_a_bad_tile_is_one_line():
+def test_a_bad_tile_is_refused_with_the_form_to_write(capsys):
     with pytest.raises(SystemExit):
         dense_bam_tiles.main(["--backward", "16x16"])
+    assert "'16x16': write BLOCK_MxBLOCK_NxWARPSxSTAGES, e.g. 32x128x8x2" in capsys.readouterr().err

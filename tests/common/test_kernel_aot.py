@@ -68,14 +68,10 @@ def test_float32_wide_heads_take_the_chunked_path_on_a_gpu(allow_tf32):
     wrong gradients on an H200), nor has float32 without TF32; bfloat16 and TF32 heads of 64 keep theirs."""
     import torch
 
-    from common.attention.kernels import dense_bam
+    from common.attention.kernels import dense_bam, tf32_products
 
-    saved = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = allow_tf32
-    try:
+    with tf32_products(allow_tf32):
         assert dense_bam.tiles(torch.float32, 128, 128, interpret=False) is None
         assert dense_bam.tiles(torch.float32, 96, 64, interpret=False) is None
         assert (dense_bam.tiles(torch.float32, 64, 64, interpret=False) is not None) == allow_tf32
         assert dense_bam.tiles(torch.bfloat16, 128, 128, interpret=False) is not None
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = saved

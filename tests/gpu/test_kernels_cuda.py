@@ -6,6 +6,7 @@ import torch
 from common import attention
 from common.attention.blocks import Attend
 from common.attention.blocks.trimmed import trimmed_span_attention
+from common.attention.kernels import tf32_products
 
 pytestmark = pytest.mark.cuda
 
@@ -70,12 +71,8 @@ def test_trimmed_span_equals_full_path_on_cuda():
     Padding queries are left out: where a query's span reaches only a few real keys, the span's
     renormalisation ``m w / (sum m w + 1e-8)`` differs between the paths by far more than rounding (the full
     path's softmax spreads over all real keys), on the CPU in float64 too."""
-    tf32 = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = False  # an earlier test's Runtime may have turned TF32 on (H100: 8e-4 off)
-    try:
+    with tf32_products(False):  # an earlier test's Runtime may have turned TF32 on (H100: 8e-4 off)
         _compare_trimmed_and_full_span_on_cuda()
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = tf32
 
 
 def _compare_trimmed_and_full_span_on_cuda():
@@ -107,14 +104,14 @@ def test_dense_bam_operator_follows_the_materialised_path(name, d, dropout, dtyp
     kernel tiles (tests/common/test_kernel_aot.py): the chunked path takes them."""
     from benchmarks.dense_bam_tiles import errors
     from common.attention.kernels.dense_bam import tiles
-    torch.backends.cuda.matmul.allow_tf32 = True
-    assert tiles(dtype, d, d, interpret=False) is not None
     B, H, L = 2, 4, 1000
     g = torch.Generator(device="cuda").manual_seed(0)
     q, k, v = (torch.randn(B, H, L, d, device="cuda", generator=g).to(dtype).requires_grad_() for _ in range(3))
     mask = (torch.arange(L, device="cuda") < torch.tensor([L, 700], device="cuda")[:, None]).view(B, 1, 1, L)
     norm = attention.build(name, key_dim=d, k=4.0, sigma=0.5).cuda().train()
-    found = errors(torch, q, k, v, mask, norm, dropout)
+    with tf32_products(True):
+        assert tiles(dtype, d, d, interpret=False) is not None
+        found = errors(q, k, v, mask, norm, dropout)
     assert found["out"] < tolerance and found["kl"] < tolerance, found
     assert max(found.values()) < 5 * tolerance, found
 

@@ -54,6 +54,18 @@ def triton_available() -> bool:
 _TARGET_ARCH: list = []
 
 
+@contextlib.contextmanager
+def tf32_products(allowed: bool) -> Iterator[None]:
+    """``torch.backends.cuda.matmul.allow_tf32`` set to ``allowed`` inside the block, as it was afterwards: the
+    dense BAM kernels read it to choose their float32 products (:func:`.dense_bam.precision`)."""
+    saved = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = allowed
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = saved
+
+
 def target_arch() -> int:
     """The compute capability (``major * 10 + minor``) the next launch compiles for: the current CUDA device's,
     or the target being recorded by :mod:`~common.attention.kernels.aot` (90 without either)."""

@@ -124,6 +124,7 @@ def _dense_bam_cases() -> Iterator[tuple[str, Callable[[], None]]]:
 
     from ..bam import BAM
     from ..dense_bam_op import attention_backward, attention_forward
+    from . import tf32_products
     from .dense_bam import NOISE_LOGNORMAL, NOISE_WEIBULL, takes
     from .dense_bam_kl import ACTIVATIONS, constants, kl_kind
 
@@ -139,9 +140,7 @@ def _dense_bam_cases() -> Iterator[tuple[str, Callable[[], None]]]:
 
                     def run(dtype=dtype, allow_tf32=allow_tf32, d=d, length=length, bh=bh, normalizer=normalizer,
                             mask=mask, causal=causal, dropout=dropout, kl=kl):
-                        saved = torch.backends.cuda.matmul.allow_tf32
-                        torch.backends.cuda.matmul.allow_tf32 = allow_tf32
-                        try:
+                        with tf32_products(allow_tf32):
                             if not takes(dtype, d, d, interpret=False):
                                 return  # no tiling: the chunked PyTorch path takes these
                             posterior, prior = names[normalizer]
@@ -160,8 +159,6 @@ def _dense_bam_cases() -> Iterator[tuple[str, Callable[[], None]]]:
                             out, kl_value, stats = attention_forward(q, k, v, key_mask, seed, *weights, *options)
                             attention_backward(q, k, v, key_mask, seed, *weights, out, stats, torch.empty_like(out),
                                                kl_value if fused else None, None, *options)
-                        finally:
-                            torch.backends.cuda.matmul.allow_tf32 = saved
                     yield name, run
 
 
