@@ -1,0 +1,51 @@
+"""The seed loop of a multi-seed run: each seed trained once (an earlier run's finished seeds are reused), its
+record written atomically as ``<out_dir>/seed<k>.json``, and the mean +- std over seeds of every metric."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Dict, Iterable, List, Mapping, Optional
+
+from common.utils import console
+from common.utils.distributed import DistEnv, broadcast_objects
+from common.utils.io import atomic_write_json
+from common.utils.runs import finished_seed, mean_std, open_run_dir
+
+
+def train_seeds(out_dir: Path, config: Dict, resumable: Iterable[str], seeds: Iterable[int],
+                fit_seed: Callable[[int], dict], describe: Callable[[dict], str], progress: bool = True,
+                desc: str = "seeds", env: DistEnv = DistEnv()) -> List[dict]:
+    """Each seed's record, in order: read from ``seed<k>.json`` when an earlier run finished the seed, else
+    ``fit_seed(seed)`` (written there by the main process once it returns). ``out_dir`` gets ``config.json``; one
+    holding another config (beyond the ``resumable`` keys) is refused with the keys named. ``describe(record)`` is
+    the seed's line in the log (``test accuracy 83.10``)."""
+    if env.is_main:
+        open_run_dir(out_dir, config, resumable)
+    per_seed = []
+    for seed in (bar := console.progress(list(seeds), desc=desc, enabled=progress and env.is_main, unit="seed",
+                                         smooth_eta=True)):
+        record = broadcast_objects([finished_seed(out_dir, seed)], env)[0]
+        if record is not None:
+            bar.skip()  # reused: no part of the ETA of the seeds left
+            done = "done before"
+        else:
+            record = fit_seed(seed)
+            if env.is_main:
+                atomic_write_json(Path(out_dir) / f"seed{seed}.json", record)
+            done = "done"
+        if env.is_main:
+            console.say(f"seed {seed}: {done} ({describe(record)})")
+        per_seed.append(record)
+    return per_seed
+
+
+def seed_summary(per_seed: List[Mapping], keys: Iterable[str]) -> Dict[str, Dict[str, dict]]:
+    """``{key: {metric: mean_std}}`` over the seeds, for each ``key`` whose value is a dict of metrics in the first
+    seed's record (``dev``, ``test``, ...)."""
+    return {key: {metric: mean_std([record[key][metric] for record in per_seed]) for metric in per_seed[0][key]}
+            for key in keys if isinstance(per_seed[0].get(key), Mapping)}
+
+
+def optional_mean_std(per_seed: List[Mapping], key: str) -> Optional[dict]:
+    """:func:`~common.utils.runs.mean_std` of a scalar ``key`` of the records (None when no record has it)."""
+    values = [record.get(key) for record in per_seed]
+    return mean_std(values) if any(v is not None for v in values) else None

@@ -1,0 +1,128 @@
+"""The training engine (common.training) against a toy task: exact resume after Ctrl-C, the exit status and hint,
+seed reuse and config refusal, an epoch without an update, the progress totals, the results, and two gloo
+processes following one."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from common.training import Engine, Plan, TrainState, train_seeds
+from common.utils import Checkpointer, console, read_metrics
+from common.utils.runtime import Runtime
+
+from .engine_toy import EXAMPLES, BATCH, ToyTask, fit
+
+CPU = Runtime(torch.device("cpu"))
+PLAN = Plan(max_epochs=4, patience=2, log_every=2, checkpoint_every=3, keep=2)
+PER_EPOCH = EXAMPLES // BATCH
+
+
+def _same_weights(a, b):
+    return all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("interrupt_at", [4, PER_EPOCH, 2 * PER_EPOCH + 1])  # mid-epoch, an epoch's last
+def test_ctrl_c_then_rerun_follows_the_uninterrupted_run_exactly(tmp_path, interrupt_at):
+    whole, whole_state = fit(tmp_path / "whole", CPU, PLAN)
+    with pytest.raises(KeyboardInterrupt):
+        fit(tmp_path / "cut", CPU, PLAN, interrupt_at=interrupt_at)
+    saved = torch.load(Checkpointer(tmp_path / "cut").paths()[-1], weights_only=False)
+    assert saved["step"] == interrupt_at and saved["extra"]["interrupted"]  # the update Ctrl-C arrived in, done
+    resumed, state = fit(tmp_path / "cut", CPU, PLAN)
+    assert _same_weights(resumed.model.state_dict(), whole.model.state_dict())
+    assert _same_weights(resumed.best_weights or whole.best_weights, whole.best_weights)
+    assert state.history == whole_state.history and state.step == whole_state.step
+    assert resumed.counter == whole.counter == state.step  # the task's own state came back too
+    assert resumed.scheduler.last_epoch == whole.scheduler.last_epoch
+    # the checkpoint Ctrl-C wrote is gone: the kept ones are those of the uninterrupted run
+    names = lambda d: sorted(p.name for p in (d / "checkpoints").glob("*.pt"))  # noqa: E731
+    assert names(tmp_path / "cut") == names(tmp_path / "whole")
+    losses = lambda d: [r["train/loss"] for r in read_metrics(d / "metrics.jsonl", "train/loss")]  # noqa: E731
+    assert losses(tmp_path / "cut")[-3:] == losses(tmp_path / "whole")[-3:]
+
+
+def test_patience_stops_and_keeps_the_best(tmp_path):
+    task, state = fit(tmp_path, CPU, Plan(max_epochs=50, patience=2))
+    scores = [row["dev/mse"] for row in state.history]
+    assert state.done and state.epoch < 50 and len(scores) == state.epoch
+    best = min(range(len(scores)), key=scores.__getitem__)
+    assert state.best == -scores[best] and state.best_step == (best + 1) * PER_EPOCH
+    assert state.bad == 2 and len(scores) == best + 3  # two evaluations without improvement, then the stop
+    assert all(row["epoch"] == i + 1 and "train/loss" in row for i, row in enumerate(state.history))
+
+
+def test_every_run_evaluates_its_last_update_and_stops_at_the_update_budget(tmp_path):
+    _, state = fit(tmp_path, CPU, Plan(max_epochs=10, max_updates=7, eval_every=3))
+    assert state.step == 7 and [row["step"] for row in state.history] == [3, 6, 7]
+    assert state.history[-1]["epoch"] == 2  # update 7 is the second epoch's second
+
+
+def test_ctrl_c_exits_130_with_the_hint(tmp_path, capsys):
+    main = console.interruptible(lambda: fit(tmp_path, CPU, PLAN, interrupt_at=2) and 0)
+    assert main() == console.INTERRUPTED == 130
+    err = capsys.readouterr().err
+    assert "update 2 saved to" in err and "re-run the same command to resume" in err
+
+
+def test_an_epoch_without_an_update_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="an epoch would make no update: .*lower the batch size"):
+        fit(tmp_path, CPU, PLAN, batch=EXAMPLES + 1)
+
+
+@pytest.mark.parametrize("plan, total, bound", [
+    (Plan(max_epochs=3), 3 * PER_EPOCH, None),
+    (Plan(max_epochs=3, max_updates=7), 7, None),
+    (Plan(max_epochs=30, patience=2), None, 2 * PER_EPOCH),
+    (Plan(max_epochs=30, patience=4, eval_every=2), None, 8)])
+def test_progress_shows_a_fixed_total_or_the_bound_patience_sets(tmp_path, monkeypatch, capsys, plan, total, bound):
+    monkeypatch.setenv(console.PROGRESS_SECONDS_ENV, "0")
+    task = ToyTask(0, CPU)
+    Engine(CPU, tmp_path, plan, desc="seed 0 update").fit(task)
+    first = capsys.readouterr().err.splitlines()[0]
+    assert first.startswith(f"seed 0 update 1/{total} ") if total else f"update 1 of at most {bound} " in first
+
+
+def test_seeds_are_reused_a_changed_config_refused_and_records_written(tmp_path):
+    calls = []
+
+    def fit_seed(seed):
+        calls.append(seed)
+        _, state = fit(tmp_path / f"seed{seed}", CPU, Plan(max_epochs=2), seed=seed)
+        return {"seed": seed, "dev": {"mse": state.history[-1]["dev/mse"]}}
+
+    config = {"lr": 0.05, "seeds": 2}
+    first = train_seeds(tmp_path, config, ["seeds"], [0, 1], fit_seed, lambda r: f"{r['dev']['mse']:.3f}",
+                        progress=False)
+    assert calls == [0, 1] and json.loads((tmp_path / "seed1.json").read_text()) == first[1]
+    again = train_seeds(tmp_path, {**config, "seeds": 3}, ["seeds"], [0, 1, 2], fit_seed, str, progress=False)
+    assert calls == [0, 1, 2] and again[:2] == first  # seeds 0 and 1 reused, no training
+    assert first[0]["dev"] != first[1]["dev"]  # the seed matters
+    with pytest.raises(ValueError, match="lr"):
+        train_seeds(tmp_path, {**config, "lr": 0.1}, ["seeds"], [0], fit_seed, str, progress=False)
+
+
+def test_the_state_round_trips_through_a_checkpoint(tmp_path):
+    _, state = fit(tmp_path, CPU, Plan(max_epochs=2))
+    saved = torch.load(Checkpointer(tmp_path).paths()[-1], weights_only=False)
+    assert TrainState(**saved["extra"]["engine"]) == state and state.done
+
+
+def test_two_gloo_processes_follow_one_process(tmp_path):
+    worker = Path(__file__).with_name("engine_toy.py")
+    env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(worker),
+           str(tmp_path)]
+    run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    ddp = torch.load(tmp_path / "ddp.pt", weights_only=False)
+    single, state = fit(tmp_path / "one", CPU, Plan(max_epochs=3, log_every=2), dropout=0.0)
+    assert ddp["world_size"] == 2
+    for name, value in single.model.state_dict().items():
+        assert torch.allclose(ddp["state"][name], value, atol=1e-5), name
+    assert [r["dev/mse"] for r in ddp["history"]] == pytest.approx([r["dev/mse"] for r in state.history], rel=1e-5)
+    assert [r["train/loss"] for r in ddp["history"]] == pytest.approx([r["train/loss"] for r in state.history],
+                                                                       rel=1e-5)
