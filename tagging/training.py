@@ -17,7 +17,6 @@ command reuses finished seeds and resumes an unfinished one exactly where it sto
 """
 from __future__ import annotations
 
-import time
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Dict, List, Optional
@@ -27,13 +26,11 @@ import torch.nn.functional as F
 from omegaconf import DictConfig
 
 from common import attention
-from common.utils import (MetricsLogger, atomic_save, atomic_write_json, console, default_data_root, results_record,
-                          seed_everything)
-from common.utils.checkpoint import Checkpointer
+from common.training import Engine, Plan, Task, TrainState, seed_summary, train_seeds
+from common.utils import atomic_save, atomic_write_json, console, default_data_root, results_record, seed_everything
 from common.utils.config import to_dict
-from common.utils.runs import finished_seed, mean_std, open_run_dir
+from common.utils.runs import mean_std
 from common.utils.runtime import DeviceError, Runtime
-from common.utils.updates import check_updates
 
 from common.text.batching import bucketed_order
 
@@ -96,126 +93,94 @@ def updates_to_reach(curve: List[dict], fraction: float = 0.99) -> Optional[int]
     return next((point["step"] for point in curve if point["dev_acc"] >= fraction * best), None)
 
 
-class SeedRun:
-    """One seed: model, optimiser and the resumable training state under ``<out_dir>/seed<k>``."""
+class TaggingTask(Task):
+    """One seed of the tagger for :class:`common.training.Engine`: RMSprop, an epoch's batches, the cross-entropy
+    (+ weighted KL), the dev accuracy at every epoch's end (the best one's weights kept) and every
+    ``train.curve_every`` updates of the first epoch."""
 
-    def __init__(self, cfg: DictConfig, treebank: Treebank, seed: int, out_dir: Path, runtime: Runtime):
-        self.cfg, self.treebank, self.seed, self.runtime = cfg, treebank, seed, runtime
-        self.dir = out_dir / f"seed{seed}"
+    def __init__(self, cfg: DictConfig, treebank: Treebank, seed: int, run_dir: Path, runtime: Runtime):
+        self.cfg, self.treebank, self.seed, self.runtime, self.dir = cfg, treebank, seed, runtime, run_dir
         seed_everything(seed)
         self.model = build_model(cfg, treebank.vocab).to(runtime.device)
         # Keras 2's RMSprop: rho 0.9, epsilon 1e-7 (torch's defaults are 0.99 and 1e-8)
         self.optimizer = torch.optim.RMSprop(self.model.parameters(), lr=cfg.optim.lr, alpha=0.9, eps=1e-7)
-        self.schedule = attention.KLSchedule.from_config(cfg.kl)
-        check_updates(len(treebank.chunks["train"]), f"{treebank.name} has no training sentence",
-                      "train on a treebank with some")
-        self.per_epoch = len(self.order(0))
-        self.state = {"epoch": 0, "batch": 0, "step": 0, "best_acc": -1.0, "best_epoch": None, "bad_epochs": 0,
-                      "curve": [], "train_seconds": 0.0, "loss": float("nan"), "done": False}
-        self.checkpointer = Checkpointer(self.dir, keep=1)
-        saved = self.checkpointer.load_latest(self.model, self.optimizer, map_location=runtime.device)
-        if saved is not None:
-            self.state = saved["extra"]
-            console.say(f"seed {seed}: resuming from update {self.state['step']} (epoch {self.state['epoch'] + 1})")
+        self.kl = attention.KLSchedule.from_config(cfg.kl)
+        self.empty_epoch = (f"{treebank.name} has no training sentence", "train on a treebank with some")
+        self.curve: List[dict] = []  # the first epoch's points between its ends
+        self.per_epoch = len(self.updates(0))
 
-    def order(self, epoch: int) -> List[List[int]]:
+    def updates(self, epoch: int) -> List[List[int]]:
         """The batches of ``epoch``: a function of the seed and the epoch only, so a resumed epoch replays them."""
         generator = torch.Generator().manual_seed(self.seed * 100_003 + epoch)
-        train = self.treebank.chunks["train"]
+        train, size = self.treebank.chunks["train"], self.cfg.train.batch_size
         if self.cfg.train.bucket:
-            return bucketed_order([len(c.words) for c in train], self.cfg.train.batch_size, generator)
+            return bucketed_order([len(c.words) for c in train], size, generator)
         perm = torch.randperm(len(train), generator=generator).tolist()
-        return [perm[i:i + self.cfg.train.batch_size] for i in range(0, len(perm), self.cfg.train.batch_size)]
+        return [perm[i:i + size] for i in range(0, len(perm), size)]
 
-    def last_update(self) -> int:
-        """The update at which training ends at the latest: where patience runs out unless dev accuracy improves,
-        or ``train.max_epochs``."""
-        s, train = self.state, self.cfg.train
-        return self.per_epoch * min(train.max_epochs, s["epoch"] + train.patience - s["bad_epochs"])
-
-    def save(self) -> Path:
-        """The resumable state (model, optimiser, training state, RNG) at the current update."""
-        return self.checkpointer.save(self.state["step"], self.model, self.optimizer, extra=self.state)
-
-    def save_best(self) -> None:
-        atomic_save({"model": self.model.state_dict(), "vocab": self.treebank.vocab.state(),
-                     "config": to_dict(self.cfg), "seed": self.seed, "epoch": self.state["epoch"]},
-                    self.dir / "best.pt")
-
-    def train_step(self, batch: Batch) -> float:
-        self.model.train()
+    def train_step(self, update: List[int], state: TrainState) -> Dict[str, torch.Tensor]:
+        (batch,) = batches(self.treebank.chunks["train"], self.cfg.train.batch_size, [update])
         batch = batch.to(self.runtime.device)
-        kl_weight = self.schedule(self.state["step"])
-        collect = kl_weight > 0
-        with self.runtime.autocast(), attention.aux_losses() if collect else nullcontext() as aux:
+        kl_weight = self.kl(state.step)
+        with self.runtime.autocast(), attention.aux_losses() if kl_weight > 0 else nullcontext() as aux:
             logits = self.model(batch.words, batch.chars, batch.char_index, batch.mask)
             loss = F.cross_entropy(logits.flatten(0, 1).float(), batch.tags.flatten(), ignore_index=-100)
-            if collect:
+            if kl_weight > 0:
                 loss = loss + kl_weight * aux.total().to(loss.device)
-        self.optimizer.zero_grad(set_to_none=True)
-        self.runtime.backward_step(loss, self.optimizer)
-        return float(loss.detach())
+        self.runtime.backward(loss)
+        return {"train/loss": loss.detach()}
 
-    def run(self, bar, logger: MetricsLogger) -> None:
-        """Train until early stopping; Ctrl-C checkpoints the current update and re-raises."""
-        cfg, s, dev = self.cfg, self.state, self.treebank.chunks["dev"]
-        tick = time.perf_counter()
-        try:
-            while not s["done"]:
-                order = self.order(s["epoch"])[s["batch"]:]
-                for batch in batches(self.treebank.chunks["train"], cfg.train.batch_size, order):
-                    with console.finish_first(f"update {s['step'] + 1}"):
-                        s["loss"] = loss = self.train_step(batch)
-                        s["batch"] += 1
-                        s["step"] += 1
-                        if s["epoch"] == 0 and s["step"] % cfg.train.curve_every == 0 and s["batch"] < self.per_epoch:
-                            acc = dev_accuracy(self.model, dev, self.runtime)
-                            s["curve"].append({"step": s["step"], "epoch": s["step"] / self.per_epoch, "dev_acc": acc,
-                                               "epoch_end": False})
-                            logger.log(s["step"], **{"dev/acc": acc, "train/loss": loss})
-                        bar.update()  # in the block: a Ctrl-C held until its end names this update as done
-                with console.finish_first("the end of the epoch"):
-                    self._end_epoch(logger, s["loss"])  # the epoch's last loss, also after a resume at its end
-                    s["train_seconds"] += time.perf_counter() - tick
-                    tick = time.perf_counter()
-                    self.save()
-                bar.set_postfix(dev=f"{s['curve'][-1]['dev_acc']:.2f}", best=f"{s['best_acc']:.2f}",
-                                patience=f"{cfg.train.patience - s['bad_epochs']}")
-                bar.set_bound(self.last_update())
-        except KeyboardInterrupt as interrupt:
-            if not isinstance(interrupt, console.InterruptedMidway):  # a second Ctrl-C may leave a half update
-                s["train_seconds"] += time.perf_counter() - tick
-                console.say(f"seed {self.seed}: update {s['step']} saved to {self.save()}")
-            raise
-
-    def _end_epoch(self, logger: MetricsLogger, loss: float) -> None:
-        cfg, s = self.cfg, self.state
+    def after_update(self, state: TrainState) -> Optional[Dict[str, float]]:
+        """The learning curve inside the first epoch (the paper's Figure 2)."""
+        if state.epoch or state.step % self.cfg.train.curve_every or state.batch == self.per_epoch:
+            return None
         acc = dev_accuracy(self.model, self.treebank.chunks["dev"], self.runtime)
-        s["curve"].append({"step": s["step"], "epoch": s["epoch"] + 1, "dev_acc": acc, "epoch_end": True})
-        logger.log(s["step"], **{"dev/acc": acc, "train/loss": loss, "epoch": s["epoch"] + 1})
-        if acc > s["best_acc"]:
-            s["best_acc"], s["best_epoch"], s["bad_epochs"] = acc, s["epoch"] + 1, 0
-            self.save_best()
-        else:
-            s["bad_epochs"] += 1
-        s["epoch"] += 1
-        s["batch"] = 0
-        s["done"] = s["bad_epochs"] >= cfg.train.patience or s["epoch"] >= cfg.train.max_epochs
+        self.curve.append({"step": state.step, "epoch": state.step / self.per_epoch, "dev_acc": acc,
+                           "epoch_end": False})
+        return {"dev/acc": acc}
 
-    def result(self) -> dict:
+    def evaluate(self, state: TrainState) -> Dict[str, float]:
+        return {"dev_acc": dev_accuracy(self.model, self.treebank.chunks["dev"], self.runtime)}
+
+    def score(self, metrics) -> float:
+        return metrics["dev_acc"]
+
+    def on_best(self, state: TrainState) -> None:
+        atomic_save({"model": self.model.state_dict(), "vocab": self.treebank.vocab.state(),
+                     "config": to_dict(self.cfg), "seed": self.seed, "epoch": state.epoch}, self.dir / "best.pt")
+
+    def state_dict(self) -> dict:
+        return {"curve": self.curve}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.curve = state["curve"]
+
+    def record(self, state: TrainState) -> dict:
         """Dev and test accuracies of the best epoch's weights, and the learning-speed numbers."""
         best = torch.load(self.dir / "best.pt", map_location=self.runtime.device, weights_only=False)
         self.model.load_state_dict(best["model"])
         stochastic = any(getattr(m, "stochastic", False) for m in self.model.modules())
         mc = self.cfg.train.mc_samples if stochastic else 0
-        s = self.state
-        epoch_points = [p for p in s["curve"] if p["epoch_end"]]
-        return {"seed": self.seed, "best_epoch": s["best_epoch"], "epochs": s["epoch"], "updates": s["step"],
-                "updates_per_epoch": self.per_epoch, "train_seconds": s["train_seconds"],
-                "dev": evaluate(self.model, self.treebank.chunks["dev"], self.runtime, mc),
-                "test": evaluate(self.model, self.treebank.chunks["test"], self.runtime, mc),
-                "dev_acc_after_1_epoch": epoch_points[0]["dev_acc"],
-                "updates_to_99pct": updates_to_reach(s["curve"]), "curve": s["curve"], "mc_samples": mc}
+        ends = [{"step": row["step"], "epoch": row["epoch"], "dev_acc": row["dev_acc"], "epoch_end": True}
+                for row in state.history]
+        curve = sorted(self.curve + ends, key=lambda point: point["step"])
+        chunks = self.treebank.chunks
+        return {"seed": self.seed, "best_epoch": state.best_step // self.per_epoch, "epochs": state.epoch,
+                "updates": state.step, "updates_per_epoch": self.per_epoch, "train_seconds": state.train_seconds,
+                "dev": evaluate(self.model, chunks["dev"], self.runtime, mc),
+                "test": evaluate(self.model, chunks["test"], self.runtime, mc),
+                "dev_acc_after_1_epoch": ends[0]["dev_acc"], "updates_to_99pct": updates_to_reach(curve),
+                "curve": curve, "mc_samples": mc}
+
+
+def fit_seed(cfg: DictConfig, treebank: Treebank, seed: int, out_dir: Path, runtime: Runtime,
+             progress: bool) -> dict:
+    """Train one seed to early stopping under ``<out_dir>/seed<k>`` (resuming where it stopped); its record."""
+    task = TaggingTask(cfg, treebank, seed, out_dir / f"seed{seed}", runtime)
+    plan = Plan(max_epochs=cfg.train.max_epochs, patience=cfg.train.patience)
+    state = Engine(runtime, task.dir, plan, desc=f"seed {seed} update", progress=progress,
+                   label=f"seed {seed}").fit(task)
+    return task.record(state)
 
 
 def run(cfg: DictConfig, progress: bool = True) -> dict:
@@ -224,35 +189,16 @@ def run(cfg: DictConfig, progress: bool = True) -> dict:
     data_root = default_data_root(cfg.data_root)
     treebank = load_treebank(data_root, cfg.treebank, cfg.data.max_len, cfg.data.max_word_chars,
                              cfg.data.vocab_fraction, cfg.data.vocab_splits)
-    out_dir = open_run_dir(default_out_dir(cfg), to_dict(cfg), RESUMABLE_KEYS)
-    label = variant_label(cfg.variant, cfg.attention.name)
+    out_dir, label = default_out_dir(cfg), variant_label(cfg.variant, cfg.attention.name)
     seeds = list(range(cfg.first_seed, cfg.first_seed + cfg.seeds))
     console.say(f"{treebank.name} {label}: {len(treebank.chunks['train'])} training chunks, "
                 f"{len(treebank.vocab.words)} words, {len(treebank.vocab.chars)} characters, on {runtime.device}")
-    per_seed = []
-    for seed in seeds:
-        record = finished_seed(out_dir, seed)
-        if record is not None:
-            per_seed.append(record)
-            console.say(f"seed {seed}: done before (test accuracy {record['test']['all']:.2f})")
-            continue
-        seed_run = SeedRun(cfg, treebank, seed, out_dir, runtime)
-        s = seed_run.state
-        bar = console.progress(desc=f"seed {seed} update", bound=seed_run.last_update(), enabled=progress,
-                               initial=s["step"], unit="update")
-        with bar, MetricsLogger(seed_run.dir) as logger:
-            seed_run.run(bar, logger)
-        record = seed_run.result()
-        atomic_write_json(out_dir / f"seed{seed}.json", record)
-        per_seed.append(record)
-        console.say(f"seed {seed}: test accuracy {record['test']['all']:.2f} (OOV {record['test']['oov']:.2f}, "
-                    f"ambiguous {record['test']['ambiguous']:.2f}), best epoch {record['best_epoch']} of "
-                    f"{record['epochs']}, {record['train_seconds']:.0f} s")
-    summary = {split: {metric: mean_std([r[split][metric] for r in per_seed]) for metric in per_seed[0][split]}
-               for split in ("dev", "test")}
+    per_seed = train_seeds(out_dir, to_dict(cfg), RESUMABLE_KEYS, seeds,
+                           lambda seed: fit_seed(cfg, treebank, seed, out_dir, runtime, progress), _seed_line,
+                           progress, desc=f"{treebank.name} {label} seeds")
     record = results_record(to_dict(cfg), treebank=treebank.name, variant=cfg.variant, label=label,
                             normalizer=cfg.attention.name, seeds=seeds, counts=treebank.counts(),
-                            runtime=runtime.describe(), **summary,
+                            runtime=runtime.describe(), **seed_summary(per_seed, ("dev", "test")),
                             dev_acc_after_1_epoch=mean_std([r["dev_acc_after_1_epoch"] for r in per_seed]),
                             updates_to_99pct=mean_std([r["updates_to_99pct"] for r in per_seed]),
                             train_seconds={"per_seed": [r["train_seconds"] for r in per_seed],
@@ -264,3 +210,8 @@ def run(cfg: DictConfig, progress: bool = True) -> dict:
     atomic_write_json(out_dir / "results.json", record)
     return record
 
+
+def _seed_line(record: dict) -> str:
+    test = record["test"]
+    return (f"test accuracy {test['all']:.2f} (OOV {test['oov']:.2f}, ambiguous {test['ambiguous']:.2f}), best epoch "
+            f"{record['best_epoch']} of {record['epochs']}, {record['train_seconds']:.0f} s")

@@ -104,8 +104,10 @@ class Task:
     def before_update(self, state: TrainState) -> None:
         """Called before each update (e.g. a learning rate set per update)."""
 
-    def after_update(self, state: TrainState) -> None:
-        """Called after each optimizer step (e.g. clamping adaptive spans)."""
+    def after_update(self, state: TrainState) -> Optional[Dict[str, float]]:
+        """Called after each optimizer step (e.g. clamping adaptive spans), with ``state.step`` counting it; values
+        to log at this update, or None."""
+        return None
 
     def window_values(self, sums: Dict[str, float], updates: int, state: TrainState) -> Dict[str, float]:
         """What is logged for the updates of a window (or an epoch) from the sums of their :meth:`train_step`
@@ -200,7 +202,7 @@ class Engine:
         bar = console.progress(desc=self.desc, enabled=self.progress, initial=s.step, unit="update",
                                total=None if self.plan.patience else self._last_update(),
                                bound=self._last_update())
-        logger = MetricsLogger(self.dir, enabled=self.env.is_main)
+        logger = self.logger = MetricsLogger(self.dir, enabled=self.env.is_main)
         tick = time.perf_counter()
         try:
             with bar:
@@ -279,8 +281,10 @@ class Engine:
         runtime.step(task.optimizer, task.clip)
         if task.scheduler is not None:
             task.scheduler.step()
-        task.after_update(s)
         s.step, s.batch = s.step + 1, s.batch + 1
+        logged = task.after_update(s)
+        if logged:
+            self.logger.log(s.step, **logged)
         self._window.add(values)
         self._epoch_sums.add(values)
 

@@ -20,12 +20,14 @@ def train_seeds(out_dir: Path, config: Dict, resumable: Iterable[str], seeds: It
     the seed's line in the log (``test accuracy 83.10``)."""
     if env.is_main:
         open_run_dir(out_dir, config, resumable)
-    per_seed = []
-    for seed in (bar := console.progress(list(seeds), desc=desc, enabled=progress and env.is_main, unit="seed",
-                                         smooth_eta=True)):
+    per_seed, seeds = [], list(seeds)
+    bar = console.progress(seeds, desc=desc, enabled=progress and env.is_main, unit="seed", smooth_eta=True) \
+        if len(seeds) > 1 else seeds  # one seed: its own bar says it all
+    for seed in bar:
         record = broadcast_objects([finished_seed(out_dir, seed)], env)[0]
         if record is not None:
-            bar.skip()  # reused: no part of the ETA of the seeds left
+            if bar is not seeds:
+                bar.skip()  # reused: no part of the ETA of the seeds left
             done = "done before"
         else:
             record = fit_seed(seed)

@@ -3,6 +3,7 @@ seed reuse and config refusal, an epoch without an update, the progress totals, 
 processes following one."""
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,17 @@ from common.utils.runtime import Runtime
 from .engine_toy import EXAMPLES, BATCH, ToyTask, fit
 
 CPU = Runtime(torch.device("cpu"))
+
+
+@pytest.fixture(autouse=True)
+def python_handles_ctrl_c():
+    """A suite started in the background by a shell without job control inherits SIGINT ignored: the toy task's
+    Ctrl-C needs Python's handler, as a terminal gives it."""
+    before = signal.getsignal(signal.SIGINT)
+    if before == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
 PLAN = Plan(max_epochs=4, patience=2, log_every=2, checkpoint_every=3, keep=2)
 PER_EPOCH = EXAMPLES // BATCH
 

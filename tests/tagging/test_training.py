@@ -78,12 +78,12 @@ def _compare(record: dict, reference: dict, run_dir: Path, reference_dir: Path) 
 def test_ctrl_c_and_a_rerun_give_the_uninterrupted_results(baseline, tmp_path, ctrl_c_on_call, interrupt_at):
     treebank, straight, reference = baseline
     cfg = config(treebank, tmp_path / "run")
-    restore = ctrl_c_on_call(training.SeedRun, "train_step", interrupt_at)
+    restore = ctrl_c_on_call(training.TaggingTask, "train_step", interrupt_at)
     with pytest.raises(KeyboardInterrupt):
         training.run(cfg, progress=False)
     restore()
-    (path,) = Checkpointer(tmp_path / "run" / "seed0").paths()
-    saved = torch.load(path, weights_only=False)["extra"]
+    path = Checkpointer(tmp_path / "run" / "seed0").paths()[-1]
+    saved = torch.load(path, weights_only=False)["extra"]["engine"]
     # the update in progress finished before the checkpoint was written
     epoch = (interrupt_at - 1) // PER_EPOCH
     assert (saved["step"], saved["epoch"], saved["batch"]) == (interrupt_at, epoch, interrupt_at - PER_EPOCH * epoch)
@@ -99,7 +99,7 @@ def test_a_finished_seed_is_reused_and_resumable_keys_may_change(baseline, tmp_p
     def retrain(*args, **kwargs):
         raise AssertionError("a finished seed was trained again")
 
-    monkeypatch.setattr(training.SeedRun, "__init__", retrain)
+    monkeypatch.setattr(training.TaggingTask, "__init__", retrain)
     record = training.run(config(treebank, tmp_path / "run", "device=auto", "train.num_threads=2"), progress=False)
     assert record["per_seed"] == reference["per_seed"] and record["test"] == reference["test"]
 
