@@ -24,7 +24,6 @@ batches, same RNG state).
 from __future__ import annotations
 
 import math
-import time
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,12 +35,10 @@ from omegaconf import DictConfig
 
 from common import attention
 from common.text.batching import bucketed_order, length_sorted_batches
-from common.utils import MetricsLogger, atomic_write_json, console, default_data_root, results_record, seed_everything
-from common.utils.checkpoint import Checkpointer
+from common.training import Engine, Plan, Task, TrainState, seed_summary, train_seeds
+from common.utils import atomic_write_json, console, default_data_root, results_record, seed_everything
 from common.utils.config import to_dict
-from common.utils.runs import finished_seed, mean_std, open_run_dir
 from common.utils.runtime import DeviceError, Runtime
-from common.utils.updates import check_updates
 
 from .config import deviations
 from .data import GlueFormatError, read_split
@@ -131,12 +128,13 @@ def attention_dropout(options: DictConfig) -> Optional[float]:
     return options.dropout
 
 
-class SeedRun:
-    """One seed: model, optimiser, schedule and the resumable training state under ``<out_dir>/seed<k>``."""
+class GlueTask(Task):
+    """One seed's fine-tuning for :class:`common.training.Engine`: AdamW with a linear warm-up and decay, updates of
+    ``train.accumulation`` batches, the task loss (+ the weighted KL, detached where ``kl.detach``), clipping, and
+    the dev metrics after every epoch and the last update."""
 
-    def __init__(self, cfg: DictConfig, data: GlueData, model_dir: Path, seed: int, out_dir: Path, runtime: Runtime):
-        self.cfg, self.data, self.seed, self.runtime = cfg, data, seed, runtime
-        self.dir = out_dir / f"seed{seed}"
+    def __init__(self, cfg: DictConfig, data: GlueData, model_dir: Path, seed: int, run_dir: Path, runtime: Runtime):
+        self.cfg, self.data, self.seed, self.runtime, self.dir = cfg, data, seed, runtime, run_dir
         seed_everything(seed)
         options = {"normalizer": cfg.attention.name, "normalizer_options": dict(cfg.attention.options)}
         model, missing = load_classifier(model_dir, data.spec, options, attention_dropout(cfg.attention))
@@ -144,25 +142,19 @@ class SeedRun:
         self.new_keys = missing + added
         self.model = model.to(runtime.device)
         self.optimizer = torch.optim.AdamW(_parameter_groups(self.model, cfg.optim.weight_decay), lr=cfg.optim.lr)
-        check_updates(len(data.train), f"{data.spec.name} has no training example", "check the train split")
+        self.empty_epoch = (f"{data.spec.name} has no training example", "check the train split")
         self.per_epoch = math.ceil(len(data.train) / (cfg.train.batch_size * cfg.train.accumulation))
         self.total = cfg.train.max_updates or self.per_epoch * cfg.train.epochs
-        self.epochs = math.ceil(self.total / self.per_epoch)
         warmup = cfg.optim.warmup_updates
         from transformers import get_linear_schedule_with_warmup
 
         self.scheduler = get_linear_schedule_with_warmup(
             self.optimizer, math.ceil(cfg.optim.warmup_ratio * self.total) if warmup is None else warmup, self.total)
+        self.clip = lambda: torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.optim.max_grad_norm)
         self.kl = attention.KLSchedule.from_config(cfg.kl)
-        self.state = {"epoch": 0, "batch": 0, "step": 0, "loss": float("nan"), "kl": 0.0, "curve": [],
-                      "train_seconds": 0.0}
-        self.checkpointer = Checkpointer(self.dir, keep=1)
-        saved = self.checkpointer.load_latest(self.model, self.optimizer, self.scheduler, map_location=runtime.device)
-        if saved is not None:
-            self.state = saved["extra"]
-            console.say(f"seed {seed}: resuming from update {self.state['step']} (epoch {self.state['epoch'] + 1})")
+        self.last = {"loss": torch.tensor(float("nan")), "kl": torch.tensor(0.0)}
 
-    def order(self, epoch: int) -> List[List[List[int]]]:
+    def updates(self, epoch: int) -> List[List[List[int]]]:
         """The updates of ``epoch``, each ``train.accumulation`` batches: a function of the seed and the epoch only,
         so a resumed epoch replays them."""
         generator = torch.Generator().manual_seed(self.seed * 100_003 + epoch)
@@ -174,76 +166,44 @@ class SeedRun:
             batches = [perm[i:i + size] for i in range(0, len(perm), size)]
         return [batches[i:i + accumulation] for i in range(0, len(batches), accumulation)]
 
-    def save(self) -> Path:
-        return self.checkpointer.save(self.state["step"], self.model, self.optimizer, self.scheduler, extra=self.state)
-
-    def train_step(self, update: List[List[int]]) -> tuple:
-        """One update over the batches of ``update``; their mean loss and KL."""
-        self.model.train()
-        data = self.data
-        kl_weight = self.kl(self.state["step"])
-        self.optimizer.zero_grad(set_to_none=True)
+    def train_step(self, update: List[List[int]], state: TrainState) -> Dict[str, torch.Tensor]:
+        """One update over the batches of ``update``: their mean loss and KL."""
+        data, kl_weight = self.data, self.kl(state.step)
         losses, kls = [], []
         for indices in update:
             batch = self.runtime.to_device(collate(data.tokenizer, data.train, indices, data.spec.regression))
             labels = batch.pop("labels")
             with self.runtime.autocast(), attention.aux_losses() as aux:
-                loss = task_loss(self.model(**batch).logits, labels, self.data.spec.regression)
+                loss = task_loss(self.model(**batch).logits, labels, data.spec.regression)
                 kl = aux.total().to(loss.device)
                 if kl_weight > 0 and len(aux):
                     loss = loss + kl_weight * (kl.detach() if self.cfg.kl.detach else kl)
             self.runtime.backward(loss / len(update))
             losses.append(loss.detach())
             kls.append(kl.detach())
-        clip = lambda: torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.optim.max_grad_norm)  # noqa
-        self.runtime.step(self.optimizer, clip)
-        self.scheduler.step()
-        return float(torch.stack(losses).mean()), float(torch.stack(kls).mean())
+        self.last = {"loss": torch.stack(losses).mean(), "kl": torch.stack(kls).mean()}
+        return {"train/loss": self.last["loss"], "train/kl": self.last["kl"]}
 
-    def run(self, bar, logger: MetricsLogger) -> None:
-        """Train every epoch (the last one up to ``self.total`` updates); Ctrl-C checkpoints the current update
-        and re-raises. ``state["batch"]`` is the position in the epoch: the updates done in it."""
-        cfg, s = self.cfg, self.state
-        tick = time.perf_counter()
-        try:
-            while s["epoch"] < self.epochs:
-                for update in self.order(s["epoch"])[s["batch"]:]:
-                    if s["step"] == self.total:
-                        break
-                    with console.finish_first(f"update {s['step'] + 1}"):
-                        s["loss"], s["kl"] = self.train_step(update)
-                        s["batch"] += 1
-                        s["step"] += 1
-                        if s["step"] % cfg.train.checkpoint_every == 0:
-                            s["train_seconds"] += time.perf_counter() - tick
-                            tick = time.perf_counter()
-                            self.save()
-                        bar.update()  # in the block: a Ctrl-C held until its end names this update as done
-                    if s["step"] % 10 == 0:
-                        logger.log(s["step"], **{"train/loss": s["loss"], "train/kl": s["kl"]})
-                with console.finish_first("the end of the epoch"):
-                    s["train_seconds"] += time.perf_counter() - tick
-                    dev = evaluate(self.model, self.data, self.runtime, cfg.train.eval_batch_size)
-                    s["curve"].append({"epoch": s["epoch"] + 1, "step": s["step"], "dev": dev, "loss": s["loss"]})
-                    logger.log(s["step"], **{f"dev/{k}": v for k, v in dev.items()}, epoch=s["epoch"] + 1)
-                    s["epoch"] += 1
-                    s["batch"] = 0
-                    self.save()
-                    tick = time.perf_counter()
-                bar.set_postfix(**{k: f"{v:.1f}" for k, v in dev.items()})
-        except KeyboardInterrupt as interrupt:
-            if not isinstance(interrupt, console.InterruptedMidway):  # a second Ctrl-C may leave a half update
-                s["train_seconds"] += time.perf_counter() - tick
-                console.say(f"seed {self.seed}: update {s['step']} saved to {self.save()}")
-            raise
+    def evaluate(self, state: TrainState) -> Dict[str, float]:
+        """The dev metrics (``dev/<metric>``), and the last update's loss (the learning curve's)."""
+        dev = evaluate(self.model, self.data, self.runtime, self.cfg.train.eval_batch_size)
+        return {**{f"dev/{name}": value for name, value in dev.items()}, "loss": float(self.last["loss"])}
 
-    def result(self) -> dict:
-        """The last epoch's dev scores (and the MC-averaged ones for a stochastic normalizer)."""
+    def state_dict(self) -> dict:
+        return {name: float(value) for name, value in self.last.items()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.last = {name: torch.tensor(value) for name, value in state.items()}
+
+    def record(self, state: TrainState) -> dict:
+        """The last evaluation's dev scores (and the MC-averaged ones for a stochastic normalizer)."""
         stochastic = any(getattr(m, "stochastic", False) for m in self.model.modules())
         mc = self.cfg.train.mc_samples if stochastic else 0
-        s = self.state
-        record = {"seed": self.seed, "updates": s["step"], "updates_per_epoch": self.per_epoch,
-                  "train_seconds": s["train_seconds"], "dev": s["curve"][-1]["dev"], "curve": s["curve"],
+        curve = [{"epoch": row["epoch"], "step": row["step"], "loss": row["loss"],
+                  "dev": {key[4:]: value for key, value in row.items() if key.startswith("dev/")}}
+                 for row in state.history]
+        record = {"seed": self.seed, "updates": state.step, "updates_per_epoch": self.per_epoch,
+                  "train_seconds": state.train_seconds, "dev": curve[-1]["dev"], "curve": curve,
                   "new_parameters": self.new_keys}
         if mc:
             record["dev_mc"] = evaluate(self.model, self.data, self.runtime, self.cfg.train.eval_batch_size, mc)
@@ -251,12 +211,23 @@ class SeedRun:
         return record
 
 
+def fit_seed(cfg: DictConfig, data: GlueData, model_dir: Path, seed: int, out_dir: Path, runtime: Runtime,
+             progress: bool) -> dict:
+    """Fine-tune one seed under ``<out_dir>/seed<k>`` (resuming where it stopped); its record."""
+    task = GlueTask(cfg, data, model_dir, seed, out_dir / f"seed{seed}", runtime)
+    plan = Plan(max_epochs=math.ceil(task.total / task.per_epoch), max_updates=task.total, log_every=10,
+                checkpoint_every=cfg.train.checkpoint_every)
+    state = Engine(runtime, task.dir, plan, desc=f"seed {seed} update", progress=progress,
+                   label=f"seed {seed}").fit(task)
+    return task.record(state)
+
+
 def run(cfg: DictConfig, progress: bool = True) -> dict:
     """Fine-tune ``cfg.seeds`` seeds (reusing finished ones) and write ``results.json``; the record."""
     runtime = Runtime.create(cfg.device, cfg.train.precision, threads=cfg.train.num_threads)
     model_dir = resolve_model(str(cfg.model))
     data = GlueData.load(cfg, model_dir)
-    out_dir = open_run_dir(default_out_dir(cfg), to_dict(cfg), RESUMABLE_KEYS)
+    out_dir = default_out_dir(cfg)
     label = cfg.attention.name + (f" ({cfg.preset})" if named_preset(cfg) else "")
     seeds = list(range(cfg.first_seed, cfg.first_seed + cfg.seeds))
     console.say(f"{data.spec.name} {label}: {len(data.train)} training and {len(data.dev)} dev examples, "
@@ -265,25 +236,11 @@ def run(cfg: DictConfig, progress: bool = True) -> dict:
     if differs:
         console.say(f"differs from --preset {cfg.preset} in " + ", ".join(
             f"{key}={value['run']} (preset: {value['preset']})" for key, value in differs.items()))
-    per_seed = []
-    for seed in seeds:
-        record = finished_seed(out_dir, seed)
-        if record is not None:
-            per_seed.append(record)
-            console.say(f"seed {seed}: done before ({_scores(record['dev'])})")
-            continue
-        seed_run = SeedRun(cfg, data, model_dir, seed, out_dir, runtime)
-        bar = console.progress(desc=f"seed {seed} update", bound=seed_run.total, enabled=progress,
-                               initial=seed_run.state["step"], unit="update")
-        with bar, MetricsLogger(seed_run.dir) as logger:
-            seed_run.run(bar, logger)
-        record = seed_run.result()
-        atomic_write_json(out_dir / f"seed{seed}.json", record)
-        per_seed.append(record)
-        console.say(f"seed {seed}: dev {_scores(record['dev'])}, {record['train_seconds']:.0f} s")
-    summary = {"dev": {m: mean_std([r["dev"][m] for r in per_seed]) for m in per_seed[0]["dev"]}}
-    if "dev_mc" in per_seed[0]:
-        summary["dev_mc"] = {m: mean_std([r["dev_mc"][m] for r in per_seed]) for m in per_seed[0]["dev_mc"]}
+    per_seed = train_seeds(out_dir, to_dict(cfg), RESUMABLE_KEYS, seeds,
+                           lambda seed: fit_seed(cfg, data, model_dir, seed, out_dir, runtime, progress),
+                           lambda record: f"dev {_scores(record['dev'])}, {record['train_seconds']:.0f} s", progress,
+                           desc=f"{data.spec.name} {label} seeds")
+    summary = seed_summary(per_seed, ("dev", "dev_mc"))
     record = results_record(to_dict(cfg), task=data.spec.name, model=str(model_dir), normalizer=cfg.attention.name,
                             preset=cfg.preset, preset_deviations=differs, label=label,
                             main_metric=data.spec.main_metric, seeds=seeds,

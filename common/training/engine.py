@@ -90,6 +90,9 @@ class Task:
     clip: Optional[Callable[[], Any]] = None
     #: Why an epoch could hold no update, and the fix (the engine's error when :meth:`updates` is empty).
     empty_epoch: Tuple[str, str] = ("the training data holds fewer examples than one batch", "lower the batch size")
+    #: The dtype that :meth:`train_step`'s values are summed in on the device (float32 keeps the sums of a loop that
+    #: summed float32 losses); a sum is saved exactly either way.
+    sum_dtype: torch.dtype = torch.float64
 
     def updates(self, epoch: int) -> Sequence[Any]:
         """The updates of ``epoch`` (what :meth:`train_step` takes), a function of the seed and the epoch only, so
@@ -114,6 +117,11 @@ class Task:
         values: their means, by default."""
         return {key: value / max(updates, 1) for key, value in sums.items()}
 
+    def epoch_values(self, sums: Dict[str, float], updates: int, state: TrainState) -> Dict[str, float]:
+        """What an epoch's row holds from the sums of its :meth:`train_step` values: :meth:`window_values`, by
+        default (a task whose window values are not an epoch's, e.g. a rate since the last window, overrides it)."""
+        return self.window_values(sums, updates, state)
+
     def evaluate(self, state: TrainState) -> Dict[str, float]:
         """Metrics of the current weights ({} when there is nothing to evaluate); on every process (the main
         process's metrics rule)."""
@@ -129,6 +137,11 @@ class Task:
         if score is None or (state.best is not None and score <= state.best):
             return False, None
         return True, score
+
+    def progress_postfix(self, state: TrainState) -> Dict[str, str]:
+        """What the progress bar shows after its position from the end of each epoch on (e.g. the last evaluation
+        and the best so far); nothing by default."""
+        return {}
 
     def on_best(self, state: TrainState) -> None:
         """Called on the main process when an evaluation is the best so far (write the best weights)."""
@@ -163,6 +176,7 @@ class Engine:
         if saved is not None:
             extra = saved["extra"]
             self.state = TrainState(**extra["engine"])
+            self.state.done = self.state.done and self._limit_reached()  # a rerun may raise the limits
             task.load_state_dict(extra["task"])
             if self.env.is_main:  # the others' shares are in the main process's sums
                 self._window.load(extra["sums"]["window"], self.runtime.device)
@@ -196,18 +210,19 @@ class Engine:
     # ------------------------------------------------------------------ loop -----
     def fit(self, task: Task) -> TrainState:
         """Train to the end of the plan (resuming from the newest checkpoint); the final state."""
-        self._window, self._epoch_sums = _Sums(), _Sums()
+        self._window, self._epoch_sums = _Sums(task.sum_dtype), _Sums(task.sum_dtype)
         s = self.restore(task)
         self.per_epoch = check_updates(len(task.updates(s.epoch)), *task.empty_epoch)
         bar = console.progress(desc=self.desc, enabled=self.progress, initial=s.step, unit="update",
                                total=None if self.plan.patience else self._last_update(),
                                bound=self._last_update())
-        logger = self.logger = MetricsLogger(self.dir, enabled=self.env.is_main)
+        self.logger = MetricsLogger(self.dir, enabled=self.env.is_main)
+        self._epoch_keys: set = set()
         tick = time.perf_counter()
         try:
             with bar:
                 while not s.done:
-                    tick = self._epoch(task, bar, logger, tick)
+                    tick = self._epoch(task, bar, tick)
         except KeyboardInterrupt as interrupt:
             s.train_seconds += time.perf_counter() - tick
             if not isinstance(interrupt, console.InterruptedMidway) and s.step not in (0, self._saved):
@@ -216,8 +231,15 @@ class Engine:
                     console.say(f"{self.label}: update {s.step} saved to {path}")
             raise
         finally:
-            logger.close()
+            self.logger.close()
         return s
+
+    def _limit_reached(self) -> bool:
+        """Whether the plan's epochs, updates, minutes or patience have run out at the current state."""
+        p, s = self.plan, self.state
+        return (s.epoch >= (p.max_epochs or math.inf) or s.step >= (p.max_updates or math.inf)
+                or bool(p.max_minutes and s.train_seconds >= 60 * p.max_minutes)
+                or bool(p.patience and s.bad >= p.patience))
 
     def _last_update(self) -> int:
         """Where training ends at the latest: the update budget, the epochs, or where the patience runs out
@@ -230,44 +252,49 @@ class Engine:
                         + (p.patience - s.bad) * per_eval)
         return int(min(ends))
 
-    def _epoch(self, task: Task, bar, logger: MetricsLogger, tick: float) -> float:
+    def _epoch(self, task: Task, bar, tick: float) -> float:
         p, s = self.plan, self.state
         updates = task.updates(s.epoch)
         for update in updates[s.batch:]:
+            if s.done or s.step >= (p.max_updates or math.inf):
+                break
             with console.finish_first(f"update {s.step + 1}"):
                 self._update(task, update)
                 if p.log_every and s.step % p.log_every == 0:
                     s.train_seconds += time.perf_counter() - tick
                     tick = time.perf_counter()
-                    logger.log(s.step, **self._values(self._window, task), train_seconds=s.train_seconds)
+                    self.logger.log(s.step, **self._values(self._window, task), train_seconds=s.train_seconds)
                     self._check_time()
                 evaluate = p.eval_every and s.step % p.eval_every == 0
                 if evaluate or (p.checkpoint_every and s.step % p.checkpoint_every == 0):
                     s.train_seconds += time.perf_counter() - tick
                     if evaluate:
-                        self._evaluate(task, logger, {})
+                        self._evaluate(task, {})
                     if not evaluate or p.checkpoint_evals:
                         self.save(task)
                     tick = time.perf_counter()
                 bar.update()  # in the block: a Ctrl-C held until its end names this update as done
-            if s.done or s.step >= (p.max_updates or math.inf):
-                break
         with console.finish_first("the end of the epoch"):
             s.train_seconds += time.perf_counter() - tick
             ended = s.batch >= len(updates)
             row = {}
             if ended:
-                row = {"epoch": s.epoch + 1, **self._values(self._epoch_sums, task)}
+                means = self._values(self._epoch_sums, task, epoch=True)
+                self._epoch_keys = set(means)
+                row = {"epoch": s.epoch + 1, **means}
                 s.epoch, s.batch = s.epoch + 1, 0
             s.done = s.done or s.epoch >= (p.max_epochs or math.inf) or s.step >= (p.max_updates or math.inf)
             due = ended and not p.eval_every and s.epoch % p.eval_epochs == 0
             if (due or s.done) and s.evaluated != s.step:
-                self._evaluate(task, logger, row)
+                self._evaluate(task, row)
             elif row:
-                logger.log(s.step, **row)
+                self._log_row(row)
             if s.done or (ended and p.checkpoint_epochs) or (due and p.checkpoint_evals):
                 self.save(task)
         bar.set_bound(self._last_update())
+        postfix = task.progress_postfix(s)
+        if postfix:
+            bar.set_postfix(**postfix)
         return time.perf_counter()
 
     def _update(self, task: Task, update: Any) -> None:
@@ -288,20 +315,21 @@ class Engine:
         self._window.add(values)
         self._epoch_sums.add(values)
 
-    def _values(self, sums: "_Sums", task: Task) -> Dict[str, float]:
+    def _values(self, sums: "_Sums", task: Task, epoch: bool = False) -> Dict[str, float]:
         """What is logged for a window or an epoch: its sums (one device read, summed over processes), through
-        ``task.window_values``; the sums then restart."""
+        ``task.window_values`` (``task.epoch_values`` for an epoch); the sums then restart."""
         totals, updates = sums.drain(self.runtime.device, self.env)
-        return task.window_values(totals, updates, self.state) if totals else {}
+        values = task.epoch_values if epoch else task.window_values
+        return values(totals, updates, self.state) if totals else {}
 
-    def _evaluate(self, task: Task, logger: MetricsLogger, row: Dict[str, Any]) -> None:
+    def _evaluate(self, task: Task, row: Dict[str, Any]) -> None:
         """Evaluate, keep the row in the history, judge it against the best and apply the patience."""
         p, s = self.plan, self.state
         metrics = broadcast_objects([task.evaluate(s)], self.env)[0]
         s.evaluated = s.step
         if not metrics:
             if row:
-                logger.log(s.step, **row)
+                self._log_row(row)
             return
         row = {"epoch": row.get("epoch", s.epoch + (1 if s.batch else 0)), "step": s.step, **row, **metrics}
         s.history.append(row)
@@ -313,8 +341,14 @@ class Engine:
         s.bad = 0 if resets else s.bad + 1
         if p.patience and s.bad >= p.patience:
             s.done = True
-        logger.log(s.step, **{k: v for k, v in row.items() if isinstance(v, (int, float)) and k != "step"})
+        self._log_row(row)
         barrier(self.env)
+
+    def _log_row(self, row: Dict[str, Any]) -> None:
+        """Log an epoch's row: its numbers, the epoch's training means only where no window logs them."""
+        means = self._epoch_keys if self.plan.log_every else ()
+        self.logger.log(self.state.step, **{k: v for k, v in row.items() if isinstance(v, (int, float))
+                                            and k != "step" and k not in means})
 
     def _check_time(self) -> None:
         """Stop every process once any has trained ``max_minutes``."""
@@ -329,13 +363,13 @@ class Engine:
 class _Sums:
     """The :meth:`Task.train_step` values of the updates since the last drain, summed on the device."""
 
-    def __init__(self):
+    def __init__(self, dtype: torch.dtype = torch.float64):
         self.sums: Dict[str, torch.Tensor] = {}
-        self.updates = 0
+        self.updates, self.dtype = 0, dtype
 
     def add(self, values: Mapping[str, torch.Tensor]) -> None:
         for key, value in values.items():
-            value = torch.as_tensor(value).detach().double()  # float64: a resumed sum adds up alike
+            value = torch.as_tensor(value).detach().to(self.dtype)  # float64 by default: a resumed sum adds up alike
             self.sums[key] = self.sums[key] + value if key in self.sums else value
         self.updates += 1
 
@@ -355,5 +389,5 @@ class _Sums:
         return {"sums": dict(zip(keys, totals.tolist() if keys else [])), "updates": self.updates * world}
 
     def load(self, snapshot: Dict[str, Any], device: torch.device) -> None:
-        self.sums = {k: torch.tensor(v, dtype=torch.float64, device=device) for k, v in snapshot["sums"].items()}
+        self.sums = {k: torch.tensor(v, dtype=self.dtype, device=device) for k, v in snapshot["sums"].items()}
         self.updates = snapshot["updates"]

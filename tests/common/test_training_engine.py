@@ -57,6 +57,16 @@ def test_ctrl_c_then_rerun_follows_the_uninterrupted_run_exactly(tmp_path, inter
     assert losses(tmp_path / "cut")[-3:] == losses(tmp_path / "whole")[-3:]
 
 
+def test_ctrl_c_in_the_last_update_of_the_budget_resumes_to_the_end(tmp_path, capsys):
+    plan = Plan(max_epochs=10, max_updates=7, eval_every=3)
+    whole, whole_state = fit(tmp_path / "whole", CPU, plan)
+    with pytest.raises(KeyboardInterrupt):
+        fit(tmp_path / "cut", CPU, plan, interrupt_at=7)
+    resumed, state = fit(tmp_path / "cut", CPU, plan)
+    assert state.step == 7 and state.history == whole_state.history  # no update past the budget
+    assert _same_weights(resumed.model.state_dict(), whole.model.state_dict())
+
+
 def test_patience_stops_and_keeps_the_best(tmp_path):
     task, state = fit(tmp_path, CPU, Plan(max_epochs=50, patience=2))
     scores = [row["dev/mse"] for row in state.history]

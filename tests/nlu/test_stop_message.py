@@ -13,7 +13,7 @@ from .test_training import rte16  # noqa: F401 (the fixture)
 def test_ctrl_c_names_the_update_it_saved(rte16, tmp_path, ctrl_c_on_call, capsys):  # noqa: F811
     model, data_root = rte16
     out, threads = tmp_path / "run", torch.get_num_threads()
-    ctrl_c_on_call(training.SeedRun, "train_step", 3)  # a Ctrl-C while update 3 runs
+    ctrl_c_on_call(training.GlueTask, "train_step", 3)  # a Ctrl-C while update 3 runs
     try:
         code = train.main(["--task", "RTE", "--model", str(model), "--data-root", str(data_root), "--out", str(out),
                            "--threads", "1", "--device", "cpu", "train.batch_size=8", "train.epochs=3",
@@ -23,4 +23,4 @@ def test_ctrl_c_names_the_update_it_saved(rte16, tmp_path, ctrl_c_on_call, capsy
     assert code == 130
     lines = capsys.readouterr().err.splitlines()
     assert f"seed 0: update 3 saved to {out / 'seed0' / 'checkpoints' / 'step_3.pt'}" in lines
-    assert lines[-1] == "interrupted at seed 0 update 3 of at most 6; re-run the same command to resume"
+    assert lines[-1] == "interrupted at seed 0 update 3/6; re-run the same command to resume"  # a fixed total

@@ -19,6 +19,7 @@ from typing import List, Sequence
 import pytest
 import torch
 
+from common.training import TrainState
 from common.utils.checkpoint import Checkpointer
 from common.utils.logger import read_metrics
 
@@ -157,7 +158,7 @@ def straight(rte16, tmp_path_factory):
 
 
 def final_state(out: Path) -> dict:
-    (path,) = Checkpointer(out / "seed0").paths()  # the newest step only
+    path = Checkpointer(out / "seed0").paths()[-1]  # the newest step
     return torch.load(path, weights_only=False)
 
 
@@ -174,28 +175,29 @@ def test_ctrl_c_and_a_rerun_give_the_uninterrupted_results(rte16, straight, tmp_
     out = tmp_path / "run"
     # no periodic checkpoint: the only mid-epoch one is written by the interruption
     overrides = settings(model, data_root, out, *RESUME, "train.checkpoint_every=1000")
-    original = training.SeedRun.train_step
+    original = training.GlueTask.train_step
     if how == "sigint":
-        restore = ctrl_c_on_call(training.SeedRun, "train_step", interrupt_at)
+        restore = ctrl_c_on_call(training.GlueTask, "train_step", interrupt_at)
     else:
         calls = []
 
-        def interrupted(self, indices):
+        def interrupted(self, indices, state):
             calls.append(1)
             if len(calls) == interrupt_at:
                 raise KeyboardInterrupt
-            return original(self, indices)
+            return original(self, indices, state)
 
-        monkeypatch.setattr(training.SeedRun, "train_step", interrupted)
-        restore = lambda: monkeypatch.setattr(training.SeedRun, "train_step", original)  # noqa: E731
+        monkeypatch.setattr(training.GlueTask, "train_step", interrupted)
+        restore = lambda: monkeypatch.setattr(training.GlueTask, "train_step", original)  # noqa: E731
     with pytest.raises(KeyboardInterrupt):
         run(overrides)
     restore()
     saved = final_state(out)
-    assert saved["step"] == saved_step and saved["extra"]["step"] == saved_step
+    engine = saved["extra"]["engine"]
+    assert saved["step"] == saved_step and engine["step"] == saved_step
     epoch = saved_step // PER_EPOCH if how == "raise" else (saved_step - 1) // PER_EPOCH
-    assert (saved["extra"]["epoch"], saved["extra"]["batch"]) == (epoch, saved_step - PER_EPOCH * epoch)
-    assert len(saved["extra"]["curve"]) == epoch  # the dev evaluations of the finished epochs
+    assert (engine["epoch"], engine["batch"]) == (epoch, saved_step - PER_EPOCH * epoch)
+    assert len(engine["history"]) == epoch  # the dev evaluations of the finished epochs
     assert not (out / "seed0.json").exists() and not (out / "results.json").exists()
 
     record = run(overrides)
@@ -203,8 +205,8 @@ def test_ctrl_c_and_a_rerun_give_the_uninterrupted_results(rte16, straight, tmp_
     assert [without_time(r) for r in record["per_seed"]] == [without_time(r) for r in reference["per_seed"]]
     state, reference_state = final_state(out), final_state(reference_dir)
     assert state["step"] == reference_state["step"] == 3 * PER_EPOCH
-    assert state["extra"]["loss"] == reference_state["extra"]["loss"]
-    assert state["extra"]["kl"] == reference_state["extra"]["kl"] > 0
+    assert state["extra"]["task"]["loss"] == reference_state["extra"]["task"]["loss"]
+    assert state["extra"]["task"]["kl"] == reference_state["extra"]["task"]["kl"] > 0
     for name, value in reference_state["model"].items():
         assert torch.equal(state["model"][name], value), name
 
@@ -217,12 +219,12 @@ def test_ctrl_c_in_the_last_update_of_a_part_epoch_resumes_exactly(rte16, tmp_pa
     accumulated = (*RESUME, "train.batch_size=4", "train.accumulation=2", "train.max_updates=3")
     reference = run(settings(model, data_root, tmp_path / "straight", *accumulated))
     out = tmp_path / "run"
-    restore = ctrl_c_on_call(training.SeedRun, "train_step", 3)
+    restore = ctrl_c_on_call(training.GlueTask, "train_step", 3)
     with pytest.raises(KeyboardInterrupt):
         run(settings(model, data_root, out, *accumulated, "train.checkpoint_every=1000"))
     restore()
-    saved = final_state(out)["extra"]
-    assert (saved["step"], saved["epoch"], saved["batch"], len(saved["curve"])) == (3, 1, 1, 1)
+    saved = final_state(out)["extra"]["engine"]
+    assert (saved["step"], saved["epoch"], saved["batch"], len(saved["history"])) == (3, 1, 1, 1)
     record = run(settings(model, data_root, out, *accumulated, "train.checkpoint_every=1000"))
     (seed,) = record["per_seed"]
     assert (seed["updates"], seed["updates_per_epoch"]) == (3, 2)
@@ -241,7 +243,7 @@ def test_a_finished_seed_is_reused_and_resumable_keys_may_change(rte16, straight
     def retrain(*args, **kwargs):
         raise AssertionError("a finished seed was trained again")
 
-    monkeypatch.setattr(training.SeedRun, "__init__", retrain)
+    monkeypatch.setattr(training.GlueTask, "__init__", retrain)
     record = run(settings(model, data_root, tmp_path / "run", *RESUME, "train.checkpoint_every=7",
                           "train.eval_batch_size=3"))
     assert record["per_seed"] == reference["per_seed"] and record["dev"] == reference["dev"]
@@ -385,7 +387,7 @@ def test_the_official_preset_drops_attention_weights_only_on_the_softmax_arm(rte
 
     model, data_root = rte16
     cfg = load_config(settings(model, data_root, tmp_path / "run", f"attention.name={normalizer}"), preset="official")
-    seed_run = training.SeedRun(cfg, training.GlueData.load(cfg, model), model, 0, tmp_path / "run",
+    seed_run = training.GlueTask(cfg, training.GlueData.load(cfg, model), model, 0, tmp_path / "run",
                                 Runtime.create("cpu", threads=torch.get_num_threads()))
     attends = [m for m in seed_run.model.modules() if isinstance(m, Attend)]
     assert len(attends) == 2 and {m.config.dropout for m in attends} == {dropout}
@@ -398,12 +400,12 @@ def test_an_update_of_two_batches_has_the_gradient_of_one_batch_of_both(rte16, t
     for batch, update in ((8, [list(range(8))]), (4, [list(range(4)), list(range(4, 8))])):
         cfg = load_config(settings(model, data_root, tmp_path / f"run{batch}", f"train.batch_size={batch}",
                                    "attention.dropout=0"))
-        seed_run = training.SeedRun(cfg, training.GlueData.load(cfg, model), model, 0, tmp_path / f"run{batch}",
+        seed_run = training.GlueTask(cfg, training.GlueData.load(cfg, model), model, 0, tmp_path / f"run{batch}",
                                     Runtime.create("cpu", threads=torch.get_num_threads()))
         for module in seed_run.model.modules():
             if isinstance(module, torch.nn.Dropout):
                 module.p = 0.0
-        seed_run.train_step(update)
+        seed_run.train_step(update, TrainState())
         grads.append({name: p.grad.clone() for name, p in seed_run.model.named_parameters()})
     for name, grad in grads[0].items():
         torch.testing.assert_close(grads[1][name], grad, rtol=1e-5, atol=1e-7, msg=name)
@@ -419,8 +421,9 @@ def test_a_detached_kl_gives_the_prior_network_no_gradient(rte16, tmp_path, deta
     try:
         runtime = Runtime.create("cpu", threads=1)
         data = training.GlueData.load(cfg, model)
-        seed_run = training.SeedRun(cfg, data, model, 0, tmp_path / "run", runtime)
-        loss, kl = seed_run.train_step([list(range(8))])
+        seed_run = training.GlueTask(cfg, data, model, 0, tmp_path / "run", runtime)
+        logged = seed_run.train_step([list(range(8))], TrainState())
+        loss, kl = float(logged["train/loss"]), float(logged["train/kl"])
     finally:
         torch.set_num_threads(threads)
     assert kl > 0 and loss > 0
