@@ -84,3 +84,13 @@ def task_loss(logits: Tensor, labels: Tensor, regression: bool) -> Tensor:
     if regression:
         return nn.functional.mse_loss(logits.float().squeeze(-1), labels)
     return nn.functional.cross_entropy(logits.float(), labels)
+
+
+def parameter_groups(model, weight_decay: float) -> List[dict]:
+    """AdamW groups: no decay on biases and normalisation weights (BERT's recipe)."""
+    decay, no_decay = [], []
+    for name, parameter in model.named_parameters():
+        if parameter.requires_grad:
+            exempt = parameter.dim() < 2 or "LayerNorm" in name or "layer_norm" in name
+            (no_decay if exempt else decay).append(parameter)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]

@@ -43,7 +43,7 @@ from common.utils.runtime import DeviceError, Runtime
 from .config import deviations
 from .data import GlueFormatError, read_split
 from .metrics import compute_metrics
-from .model import Encoded, collate, encode, load_classifier, load_tokenizer, task_loss
+from .model import Encoded, collate, encode, load_classifier, load_tokenizer, parameter_groups, task_loss
 from .pretrained import PretrainedError, resolve_model
 from .tasks import TaskSpec, get_task
 
@@ -110,16 +110,6 @@ def evaluate(model, data: GlueData, runtime: Runtime, batch_size: int, mc_sample
     return {name: 100 * value for name, value in compute_metrics(data.spec, predictions, data.dev.labels).items()}
 
 
-def _parameter_groups(model, weight_decay: float) -> List[dict]:
-    """AdamW groups: no decay on biases and normalisation weights (BERT's recipe)."""
-    decay, no_decay = [], []
-    for name, parameter in model.named_parameters():
-        if parameter.requires_grad:
-            exempt = parameter.dim() < 2 or "LayerNorm" in name or "layer_norm" in name
-            (no_decay if exempt else decay).append(parameter)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-
-
 def attention_dropout(options: DictConfig) -> Optional[float]:
     """The attention dropout of ``attention`` options: ``noise_dropout`` for a stochastic normalizer when set, else
     ``dropout`` (``None``: the checkpoint's own)."""
@@ -141,7 +131,7 @@ class GlueTask(Task):
         added = [name for name, _ in model.named_parameters() if ".attend." in name]  # the normalizer's own
         self.new_keys = missing + added
         self.model = model.to(runtime.device)
-        self.optimizer = torch.optim.AdamW(_parameter_groups(self.model, cfg.optim.weight_decay), lr=cfg.optim.lr)
+        self.optimizer = torch.optim.AdamW(parameter_groups(self.model, cfg.optim.weight_decay), lr=cfg.optim.lr)
         self.empty_epoch = (f"{data.spec.name} has no training example", "check the train split")
         self.per_epoch = math.ceil(len(data.train) / (cfg.train.batch_size * cfg.train.accumulation))
         self.total = cfg.train.max_updates or self.per_epoch * cfg.train.epochs
