@@ -7,5 +7,6 @@
 * ``vqa.fixtures``: a small dataset in the official formats for tests and demos;
 * ``python -m vqa.train`` / ``python -m vqa.evaluate``: MCAN training, and evaluation on
   clean and noisy features with Monte Carlo uncertainty (PAvPU, ECE); ``vqa.config`` holds the
-  config, ``vqa.training`` the training work (imported once the command line is checked).
+  config, ``vqa.training`` the training work (imported once the command line is checked), ``vqa.run_inputs`` a
+  run's inputs and ``vqa.predict`` the model of a config and its answer logits.
 """

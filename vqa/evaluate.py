@@ -48,10 +48,10 @@ if TYPE_CHECKING:  # torch, the data and the model are imported once the command
 
 
 def load_run(run_dir: Path, data_root: Optional[str] = None):
-    """The config, question vocabulary, answers and latest weights of a ``vqa.train`` run."""
+    """The config, question vocabulary, answers and newest weights of a ``vqa.train`` run, and their update."""
     from common.utils import Checkpointer
 
-    from .training import build_model
+    from .predict import build_model
 
     config_path = run_dir / "config.json"
     if not config_path.is_file():
@@ -63,7 +63,7 @@ def load_run(run_dir: Path, data_root: Optional[str] = None):
     model = build_model(cfg, len(vocab), len(answers))
     state = Checkpointer(run_dir).load_latest(model)
     if state is None:
-        raise FileNotFoundError(f"{run_dir / 'checkpoints'} holds no checkpoint; train at least one epoch first")
+        raise FileNotFoundError(f"{run_dir / 'checkpoints'} holds no checkpoint; train first")
     return cfg, vocab, answers, model, state["step"]
 
 
@@ -73,7 +73,7 @@ def mc_uncertainty(model, loader: DataLoader, answers: AnswerVocab, annotations:
     """Monte Carlo predictions, accuracy, PAvPU and the confidences for calibration (module doc)."""
     import torch
 
-    from .training import add_feature_noise
+    from .predict import add_feature_noise
 
     if samples < 2:
         raise ValueError("--mc-samples needs at least 2 samples for the t-test")
@@ -128,10 +128,10 @@ def evaluate_run(run_dir: Path, split: Optional[str] = None, data_root: Optional
     from common.utils.runtime import Runtime
 
     from .data import QuestionEncoder, VQADataset, load_split, split_inputs
-    from .training import predict_logits
+    from .predict import predict_logits
 
     runtime = runtime or Runtime(torch.device("cpu"))
-    cfg, vocab, answers, model, epoch = load_run(run_dir, data_root)
+    cfg, vocab, answers, model, update = load_run(run_dir, data_root)
     newest = Checkpointer(run_dir).paths()[-1]  # the checkpoint load_run read
     scored = ScoredSeed.of(cfg.seed, newest, run_dir / "results.json")
     split = split or cfg.data.eval_split
@@ -143,7 +143,7 @@ def evaluate_run(run_dir: Path, split: Optional[str] = None, data_root: Optional
                         num_workers=cfg.train.num_workers, pin_memory=runtime.pin_memory)
     out = out or run_dir / f"eval_{split}.json"
     model.to(runtime.device)
-    report: Dict = {"run": str(run_dir), "split": split, "epoch": epoch, **scored.record(),
+    report: Dict = {"run": str(run_dir), "split": split, "update": update, **scored.record(),
                     "unfinished_seeds": unfinished_seeds([scored]), "attention": cfg.attention.name, "rules": rules,
                     "conditions": {}}
     by_question = {a["question_id"]: a for a in annotations} if annotations is not None else None

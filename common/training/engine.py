@@ -248,8 +248,7 @@ class Engine:
         ends = [p.max_updates or math.inf, (p.max_epochs or math.inf) * self.per_epoch]
         if p.patience:
             per_eval = p.eval_every or self.per_epoch * p.eval_epochs
-            ends.append(s.step - (s.step % per_eval if s.evaluated == s.step else 0)
-                        + (p.patience - s.bad) * per_eval)
+            ends.append(s.step - s.step % per_eval + (p.patience - s.bad) * per_eval)  # from the last evaluation
         return int(min(ends))
 
     def _epoch(self, task: Task, bar, tick: float) -> float:
@@ -283,6 +282,7 @@ class Engine:
                 self._epoch_keys = set(means)
                 row = {"epoch": s.epoch + 1, **means}
                 s.epoch, s.batch = s.epoch + 1, 0
+            self._check_time()
             s.done = s.done or s.epoch >= (p.max_epochs or math.inf) or s.step >= (p.max_updates or math.inf)
             due = ended and not p.eval_every and s.epoch % p.eval_epochs == 0
             if (due or s.done) and s.evaluated != s.step:
@@ -380,13 +380,16 @@ class _Sums:
         return snapshot["sums"], snapshot["updates"]
 
     def snapshot(self, device: torch.device, env, collective: bool = True) -> Dict[str, Any]:
-        """``{"sums": {key: float}, "updates": n}``, over every process when ``collective`` (all must call)."""
+        """``{"sums": {key: float}, "updates": n}``, over every process when ``collective`` (all must call; after a
+        resume only the main process holds the sums saved before, so its keys are the ones reduced)."""
         keys = list(self.sums)
-        totals = torch.stack([self.sums[k].to(device, torch.float64) for k in keys]) if keys else None
-        world = env.world_size if collective else 1
-        if keys and collective:
-            totals = all_reduce_sum(totals, env)
-        return {"sums": dict(zip(keys, totals.tolist() if keys else [])), "updates": self.updates * world}
+        if collective and env.distributed:
+            keys = broadcast_objects([keys], env)[0]
+        zero = torch.zeros((), dtype=torch.float64, device=device)
+        totals = torch.stack([self.sums[k].to(device, torch.float64) if k in self.sums else zero for k in keys]
+                             + [zero + self.updates])
+        totals = (all_reduce_sum(totals, env) if collective else totals).tolist()
+        return {"sums": dict(zip(keys, totals[:-1])), "updates": int(totals[-1])}
 
     def load(self, snapshot: Dict[str, Any], device: torch.device) -> None:
         self.sums = {k: torch.tensor(v, dtype=self.dtype, device=device) for k, v in snapshot["sums"].items()}

@@ -1,6 +1,7 @@
 """A toy task for the training engine's tests: noisy linear regression with dropout (so that resuming must restore
 the generators), momentum SGD with a step scheduler and gradient clipping; run by the tests and, under torchrun,
-by two gloo processes (``python engine_toy.py OUT``: each process takes its half of every batch)."""
+by two gloo processes (``python engine_toy.py OUT [N]``: each process takes its half of every batch; with N, a
+Ctrl-C in update N and a rerun)."""
 import os
 import signal
 import sys
@@ -72,12 +73,18 @@ def fit(run_dir, runtime, plan, seed=0, **task_options):
     return task, state
 
 
-if __name__ == "__main__":  # under torchrun: two processes, each half of every batch
-    from common.utils.distributed import cleanup
+if __name__ == "__main__":  # under torchrun: two processes, each half of every batch; [Ctrl-C at update N, rerun]
+    from common.utils.distributed import barrier, cleanup
     from common.utils.runtime import Runtime
 
     runtime = Runtime.create("cpu", distributed=True)
-    task, state = fit(Path(sys.argv[1]) / "ddp", runtime, Plan(max_epochs=3, log_every=2), dropout=0.0)
+    plan, interrupt_at = Plan(max_epochs=3, log_every=2), int(sys.argv[2]) if len(sys.argv) > 2 else None
+    if interrupt_at:
+        try:
+            fit(Path(sys.argv[1]) / "ddp", runtime, plan, dropout=0.0, interrupt_at=interrupt_at)
+        except KeyboardInterrupt:
+            barrier(runtime.env)
+    task, state = fit(Path(sys.argv[1]) / "ddp", runtime, plan, dropout=0.0)
     if runtime.env.is_main:
         torch.save({"state": task.model.state_dict(), "history": state.history,
                     "world_size": runtime.env.world_size}, Path(sys.argv[1]) / "ddp.pt")

@@ -13,12 +13,13 @@ from common.utils import read_metrics
 from common.utils.runtime import Runtime
 from vqa import evaluate as vqa_evaluate
 from vqa import train as vqa_train
-from vqa import training as vqa_training
 from vqa.data import QuestionEncoder, VQADataset, data_path, load_split
 from vqa.lxmert import evaluate as lxmert_evaluate
 from vqa.lxmert import train as lxmert_train
-from vqa.lxmert import training as lxmert_training
 from vqa.lxmert.data import bert_encoder
+from vqa.lxmert.model import predict as lxmert_predict
+from vqa.lxmert.prepare import adaptation_of
+from vqa.predict import predict_logits
 
 from .helpers import TINY
 
@@ -47,7 +48,7 @@ def mcan_probe(root: Path, work: Path, device: str = "cpu", precision: str = "fp
     dataset = VQADataset(questions, annotations, store, answers, QuestionEncoder(vocab, cfg.data.max_question_len),
                          vocab.pad, cfg.data.max_regions)
     loader = DataLoader(dataset, 25, collate_fn=dataset.collate)
-    _, logits = vqa_training.predict_logits(model.to(runtime.device), loader, runtime, progress=False)
+    _, logits = predict_logits(model.to(runtime.device), loader, runtime, progress=False)
     return {"losses": [m["train/bce"] for m in read_metrics(out / "metrics.jsonl") if "train/bce" in m],
             "eval": _bce(logits, loader), "out": out}
 
@@ -69,8 +70,7 @@ def lxmert_probe(root: Path, work: Path, device: str = "cpu", precision: str = "
                                                                               cfg.data.max_words), 0,
                          cfg.data.max_regions)
     loader = DataLoader(dataset, 16, collate_fn=dataset.collate)
-    _, logits = lxmert_training.predict(model, loader, runtime, prune=False,
-                                        adaptation=lxmert_training.adaptation_of(cfg), progress=False)
+    _, logits = lxmert_predict(model, loader, runtime, prune=False, adaptation=adaptation_of(cfg), progress=False)
     return {"losses": [m["train/bce"] for m in read_metrics(out / "metrics.jsonl") if "train/bce" in m],
             "eval": _bce(logits, loader), "out": out,
             "results": json.loads((out / "results.json").read_text())}

@@ -17,5 +17,5 @@ def test_evaluate_names_an_unfinished_run_and_its_checkpoint(vqa_fixture, tmp_pa
     capsys.readouterr()
     assert evaluate.main([str(out), "--no-progress", "--threads", "1"]) == 0
     captured = capsys.readouterr()
-    checkpoint = out / "checkpoints" / "step_0.pt"
+    checkpoint = out / "checkpoints" / "step_5.pt"  # the end of epoch 1: update 5
     assert_reported_unfinished(captured, out / "eval_val.json", 0, checkpoint, "python -m vqa.train")

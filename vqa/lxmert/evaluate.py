@@ -37,7 +37,7 @@ def load_run(run_dir: Path, data_root: Optional[str] = None):
     from common.utils import Checkpointer
 
     from .model import build_vqa_model
-    from .training import adaptation_of
+    from .prepare import adaptation_of
 
     for name in ("config.json", "lxmert_config.json", "answers.json"):
         if not (run_dir / name).is_file():
@@ -68,8 +68,10 @@ def evaluate_run(run_dir: Path, split: Optional[str] = None, data_root: Optional
     from vqa.data import VQADataset, data_path, load_split
 
     from .data import bert_encoder
+    from .flops import measure_flops
+    from .model import predict
     from .plots import plot_head_values
-    from .training import adaptation_of, measure_flops, predict
+    from .prepare import adaptation_of
 
     runtime = runtime or Runtime(torch.device("cpu"))
     run_dir = Path(run_dir)

@@ -23,9 +23,10 @@ from common.utils.extras import needs_extra
 
 if TYPE_CHECKING:  # torch, transformers and the model are imported once the command line has been parsed
     import torch
+    from omegaconf import DictConfig
     from transformers import LxmertConfig
 
-    from .adapt import LayerDropOptions
+    from .adapt import Adaptation, LayerDropOptions
 
 NUM_ANSWERS = 3129
 
@@ -56,6 +57,18 @@ def count_flops(model: torch.nn.Module, inputs: Dict[str, torch.Tensor],
         with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
             model(**inputs)
     return int(counter.get_total_flops())
+
+
+def measure_flops(model: torch.nn.Module, cfg: DictConfig, adaptation: Adaptation,
+                  device: torch.device) -> Dict[str, int]:
+    """FLOPs of one question with ``data.max_words`` word pieces and ``data.max_regions`` regions (a run's model:
+    full, and pruned when it has LayerDrop)."""
+    inputs = {k: v.to(device) for k, v in dummy_inputs(model.config, 1, cfg.data.max_words,
+                                                       cfg.data.max_regions).items()}
+    flops = {"full": count_flops(model, inputs)}
+    if adaptation.layerdrop.active:
+        flops["pruned"] = count_flops(model, inputs, adaptation.layerdrop)
+    return flops
 
 
 def flops_report(config: LxmertConfig, drop: LayerDropOptions, words: int = 20, regions: int = 36) -> Dict:

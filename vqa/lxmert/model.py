@@ -8,10 +8,12 @@ A pretrained checkpoint in the Hugging Face format (``config.json`` + weights, a
 ``save_pretrained``) loads from a local directory, from an ``LxmertModel`` or from the
 ``LxmertForPreTraining`` checkpoint (``unc-nlp/lxmert-base-uncased``): every backbone weight
 is used; only the pre-training heads (``cls.*``, ``obj_predict_head.*``) are left out, and the
-answer head's last layer is new whenever the checkpoint's answer count differs.
+answer head's last layer is new whenever the checkpoint's answer count differs. :func:`predict` gives the
+answer logits of every question of a loader, with the LayerDrop layers pruned when asked.
 """
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple, Union
@@ -20,9 +22,14 @@ import torch
 import torch.nn.functional as F
 import transformers
 from torch import Tensor
+from torch.utils.data import DataLoader
 from transformers import LxmertConfig, LxmertForQuestionAnswering
 
-from .adapt import Adaptation, adapt_lxmert, adaptive_attention, attention_label
+from common.utils import console
+from common.utils.runtime import Runtime
+
+from .adapt import Adaptation, adapt_lxmert, adaptive_attention, attention_label, pruned_layers
+from .data import model_inputs
 
 PRETRAINING_HEADS = ("cls.", "obj_predict_head.")
 DOWNLOAD_HINT = ("download a Hugging Face LXMERT checkpoint into it, e.g. "
@@ -100,3 +107,17 @@ def head_parameters(model: torch.nn.Module) -> Dict[str, float]:
         if isinstance(alpha, Tensor) and alpha.dim() == 1:
             values.update({f"alpha/{label}/h{i}": float(v) for i, v in enumerate(alpha)})
     return values
+
+
+@torch.no_grad()
+def predict(model: LxmertForQuestionAnswering, loader: DataLoader, runtime: Runtime, prune: bool,
+            adaptation: Adaptation, progress: bool = True) -> Tuple[List[int], torch.Tensor]:
+    """Question ids and answer logits of every question in ``loader`` (eval mode, pruned if asked)."""
+    model.eval()
+    ids, logits = [], []
+    context = pruned_layers(model, adaptation.layerdrop) if prune and adaptation.layerdrop.active else nullcontext()
+    with context, runtime.autocast():
+        for batch in console.progress(loader, desc="eval batch", enabled=progress):
+            logits.append(model(**model_inputs(batch, runtime.device)).question_answering_score.float().cpu())
+            ids += batch["question_id"].tolist()
+    return ids, torch.cat(logits)

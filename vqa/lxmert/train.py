@@ -53,7 +53,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from vqa.data import VQADataError
     from vqa.evaluation import format_answer_types
 
-    from .training import run, write_demo_data
+    from .prepare import write_demo_data
+    from .training import run
 
     try:
         resolve_device(cfg.device)  # a missing GPU is said first, before the demo's banner and data

@@ -9,12 +9,13 @@ import torch
 
 from common.attention import aux_losses, clamp_spans
 from common.features import RegionFeatureStore
+from common.utils import Checkpointer, read_metrics
 from vqa.answers import AnswerVocab
 from vqa.data import VQADataset, load_annotations, load_questions
 from vqa.evaluation import question_accuracy, vqa_accuracy
 from vqa.lxmert import Adaptation, build_vqa_model, vqa_loss
 from vqa.lxmert import evaluate as lxmert_evaluate
-from vqa.lxmert import model as lxmert_model
+from vqa.lxmert import prepare as lxmert_prepare
 from vqa.lxmert import train as lxmert_train
 from vqa.lxmert import training as lxmert_training
 from vqa.lxmert.data import bert_encoder, model_inputs
@@ -63,11 +64,17 @@ def _train_args(root, out, *extra):
     random_init = ("model.random_init={vocab_size: 48, hidden_size: 32, num_attention_heads: 2, "
                    "intermediate_size: 64, l_layers: 4, x_layers: 2, r_layers: 2, visual_feat_dim: 16}")
     return ["--data-root", str(root), "--out", str(out), "--no-progress", "data.answers=vqa/mcan/answer_dict.json",
-            "data.vocab=vocab.txt", random_init, "train.batch_size=8", "train.log_every=1", *extra]
+            "data.vocab=vocab.txt", random_init, "train.batch_size=8", "train.log_every=1", "--threads", "1", *extra]
 
 
 def _weights(out):
-    return torch.load(sorted((out / "checkpoints").glob("*.pt"))[-1], weights_only=False)["model"]
+    return torch.load(Checkpointer(out).paths()[-1], weights_only=False)["model"]
+
+
+def _curve(out):
+    """The logged training losses of each update (the timings left out)."""
+    return [{k: v for k, v in r.items() if k != "train_seconds"} for r in read_metrics(out / "metrics.jsonl")
+            if "train/loss" in r]
 
 
 def test_train_cli_resumes_exactly_and_evaluate_reproduces_its_accuracy(vqa_root, tmp_path, capsys):
@@ -92,8 +99,7 @@ def test_train_cli_resumes_exactly_and_evaluate_reproduces_its_accuracy(vqa_root
     a, b = _weights(straight), _weights(resumed)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     # the training curve of the resumed run is the straight run's: no update logged twice or lost
-    curves = [[r for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if "train/loss" in r]
-              for out in (straight, resumed)]
+    curves = [_curve(out) for out in (straight, resumed)]
     assert [r["step"] for r in curves[1]] == list(range(1, 9)) and curves[0] == curves[1]
 
     results = json.loads((straight / "results.json").read_text())
@@ -127,21 +133,33 @@ def test_train_cli_resumes_exactly_and_evaluate_reproduces_its_accuracy(vqa_root
     assert len(json.loads((straight / "test_predictions.json").read_text())) == 32
 
 
-def test_ctrl_c_exits_130_with_a_resume_hint_and_the_rerun_resumes(vqa_root, tmp_path, capsys, ctrl_c_on_call):
+def test_ctrl_c_exits_130_with_a_resume_hint_and_the_rerun_follows_the_uninterrupted_run(vqa_root, tmp_path, capsys,
+                                                                                          ctrl_c_on_call):
     root, _, _ = vqa_root
-    out = tmp_path / "run"
-    argv = _train_args(root, out, "train.epochs=2")
-    restore = ctrl_c_on_call(lxmert_model, "vqa_loss", 6)  # 32 questions / batches of 8: 4 updates an epoch
+    straight, out = tmp_path / "straight", tmp_path / "run"
+    variant = ["--variant", "span", "train.epochs=2", "train.checkpoint_every=5"]
+    assert lxmert_train.main(_train_args(root, straight, *variant)) == 0
+    argv = _train_args(root, out, *variant)
+    restore = ctrl_c_on_call(lxmert_training.LxmertTask, "train_step", 6)  # 4 updates an epoch (32 questions / 8)
+    capsys.readouterr()
     assert lxmert_train.main(argv) == 130
-    err = capsys.readouterr().err
-    assert err.rstrip().endswith("interrupted at epoch 2/2 update 1/4; re-run the same command to resume")
-    assert [p.name for p in (out / "checkpoints").glob("*.pt")] == ["step_4.pt"] and not (out / "results.json").exists()
     restore()
+    err = capsys.readouterr().err.splitlines()
+    # the update in progress ends and is saved beside the kept checkpoints
+    assert f"LXMERT span: update 6 saved to {out / 'checkpoints' / 'step_6.pt'}" in err
+    assert err[-1] == "interrupted at LXMERT span update 6/8; re-run the same command to resume"
+    assert [p.name for p in Checkpointer(out).paths()] == ["step_4.pt", "step_5.pt", "step_6.pt"]
+    assert not (out / "results.json").exists()
     assert lxmert_train.main(argv) == 0
     err = capsys.readouterr().err
-    assert "epoch 2/2 (update 8)" in err and "epoch 1/2" not in err  # resumed from the epoch-end checkpoint
-    logged = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in logged if "train/loss" in r] == list(range(1, 9))
+    assert "resuming from update 6 (epoch 2)" in err and "epoch 2/2 (update 8)" in err and "epoch 1/2" not in err
+    kept = [[p.name for p in Checkpointer(run).paths()] for run in (straight, out)]
+    assert kept[0] == kept[1] == ["step_5.pt", "step_8.pt"]  # the Ctrl-C checkpoint went with the next one
+    a, b = _weights(straight), _weights(out)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert _curve(out) == _curve(straight) and [r["step"] for r in _curve(out)] == list(range(1, 9))
+    records = [json.loads((run / "results.json").read_text()) for run in (straight, out)]
+    assert records[0]["epochs"] == records[1]["epochs"] and records[1]["steps"] == 8
 
 
 def test_missing_pretrained_directory_is_a_clear_cli_error(vqa_root, tmp_path, capsys):
@@ -193,9 +211,9 @@ def test_unknown_variant_lists_the_known_ones():
 
 
 def test_packaged_variants_build_their_adaptations():
-    span = lxmert_training.adaptation_of(lxmert_train.load_config("span"))
+    span = lxmert_prepare.adaptation_of(lxmert_train.load_config("span"))
     assert (span.span.language.max_span, span.span.vision.max_span, span.span.init) == (20, 36, 1.0)
-    layerdrop = lxmert_training.adaptation_of(lxmert_train.load_config("layerdrop"))
+    layerdrop = lxmert_prepare.adaptation_of(lxmert_train.load_config("layerdrop"))
     assert (layerdrop.layerdrop.language, layerdrop.layerdrop.vision, layerdrop.layerdrop.cross) == (1, 1, 1)
-    entmax = lxmert_training.adaptation_of(lxmert_train.load_config("entmax", ["optim.name=adamw"]))
+    entmax = lxmert_prepare.adaptation_of(lxmert_train.load_config("entmax", ["optim.name=adamw"]))
     assert entmax.normalizer == "entmax" and entmax.normalizer_options == {"alpha": 1.5}
