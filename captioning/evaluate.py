@@ -80,7 +80,7 @@ def load_checkpoint(path: Path) -> tuple[Att2in, dict, Vocabulary]:
     missing = [key for key in ("model", "config", "vocab", "feature_dim") if key not in checkpoint]
     if missing:
         raise ValueError(f"{path} holds no {missing}: pass the best.pt that captioning.train writes (the "
-                         f"checkpoints/step_<epoch>.pt files are for resuming training)")
+                         f"checkpoints/step_<update>.pt files are for resuming training)")
     vocab = Vocabulary(**checkpoint["vocab"])
     model = build_model(OmegaConf.create(checkpoint["config"]), vocab, checkpoint["feature_dim"])
     model.load_state_dict(checkpoint["model"])

@@ -53,7 +53,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from common.utils.runtime import DeviceError, resolve_device
 
     from .evaluate import evaluate_checkpoint
-    from .training import run, write_demo_data
+    from .run_inputs import write_demo_data
+    from .training import run
 
     try:
         resolve_device(cfg.device)  # a missing GPU is said first, before the demo's data
@@ -70,7 +71,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     out_dir = run_dir(cfg)
     print(f"{results['attention']}: best val (epoch {results['best_epoch'] + 1} of {results['epochs']}) "
           f"{format_scores(results['val'])}")
-    written = [out_dir / name for name in ("results.json", "best.pt", "checkpoints", "metrics.jsonl")]
+    written = [out_dir / name for name in ("results.json", "best.pt", "checkpoints", "metrics.jsonl", "config.json")]
     if test is not None:
         print(f"test ({test['images']} images, beam {test['beam_size']}): {format_scores(test['scores'])}")
         written += [out_dir / "captions_test.json", out_dir / "results_test.json", Path(cfg.data_root)]

@@ -1,32 +1,21 @@
-"""Training Att2in: the work behind ``python -m captioning.train`` (:mod:`captioning.train` parses the
-command line and checks the config before this module, torch and the model are imported).
+"""Training Att2in (``python -m captioning.train``, which checks the command line and config before importing
+this module): self-critical.pytorch's ``configs/a2i2.yml`` recipe (``captioning/configs/att2in.yaml``) as a
+:class:`CaptioningTask` of :class:`common.training.Engine`. The loss is the mean negative log-likelihood of every
+caption word and ``<eos>``, plus, for BAM, ``kl.weight * f(iteration)`` times the KL averaged over decoding steps.
 
-Recipe of self-critical.pytorch's ``configs/a2i2.yml`` (see ``captioning/configs/att2in.yaml``).
-The loss is the mean negative log-likelihood of every caption word and ``<eos>``, plus, for
-BAM, ``kl.weight * f(iteration)`` times the KL averaged over decoding steps (BAM Eq. 4).
-
-Outputs in ``<out_dir>`` (default ``runs/captioning/<attention>``): ``checkpoints/step_<epoch>.pt``
-after every epoch (model, optimiser, RNG; an interrupted run resumes from the last one),
-``best.pt`` (best val CIDEr: weights, config, vocabulary), ``metrics.jsonl`` + TensorBoard
-events (``train/loss``, ``train/nll``, ``train/kl``, ``lr``, ``ss_prob`` and ``val/*`` per epoch),
-and ``results.json`` (best epoch and its val scores, per-epoch history, config, versions).
-
-``--device``, ``train.precision`` and ``train.compile`` choose where and how it computes
-(:mod:`common.utils.runtime`); a checkpoint resumes on any device. Several GPUs::
-
-    torchrun --nproc_per_node 4 -m captioning.train --attention bam-wc
-
-give each process ``train.batch_size`` images of every global batch (``DistributedSampler``,
-reshuffled per epoch; it repeats a few images to even out the last batch); only the first
-process validates, checkpoints and writes files.
-
-``--demo`` (:func:`write_demo_data`) trains on the synthetic COCO of :mod:`captioning.fixtures`.
+Outputs in ``<out_dir>`` (default ``runs/captioning/<attention>``): ``config.json``, ``checkpoints/step_<update>.pt``
+after every epoch and on Ctrl-C (a rerun resumes exactly where the run stopped, on any device), ``best.pt`` (best
+val CIDEr: weights, config, vocabulary), ``metrics.jsonl`` + TensorBoard events (``step`` = update; ``train/loss``,
+``train/nll``, ``train/kl``, ``lr``, ``ss_prob`` and ``val/*`` per epoch), and ``results.json`` (best epoch and
+its val scores, per-epoch history, config, versions). Under ``torchrun --nproc_per_node 4 -m captioning.train``
+each process takes ``train.batch_size`` images of every global batch (``DistributedSampler``, reshuffled per epoch,
+a few images repeated to even out the last batch); only the first process validates and writes files.
 """
 from __future__ import annotations
 
 import time
 from contextlib import nullcontext
-from typing import Optional
+from typing import Callable, Dict, List, Optional, Sequence
 
 import torch
 from omegaconf import DictConfig
@@ -35,16 +24,17 @@ from torch.utils.data import DataLoader
 
 from common import attention
 from common.features import RegionFeatureStore
-from common.utils import (Checkpointer, MetricsLogger, atomic_save, atomic_write_json, console, results_record,
-                          seed_everything)
-from common.utils.config import check_resumable
-from common.utils.distributed import barrier, cleanup, shard_sampler, wrap_model
+from common.training import Engine, Plan, Task, TrainState
+from common.utils import atomic_save, atomic_write_json, console, results_record, seed_everything
+from common.utils.distributed import cleanup, shard_sampler, wrap_model
+from common.utils.runs import open_run_dir
 from common.utils.runtime import Runtime
 
 from .config import build_model, data_path, prepared_dir, run_dir, to_dict
 from .data import CaptionCorpus, CaptionDataset, collate
 from .evaluate import caption_images
 from .metrics import format_scores, score_captions
+from .run_inputs import check_run_inputs
 
 #: Config keys that may change between a run and its resumption (where files go, speed knobs, length).
 RESUMABLE_KEYS = ("data_root", "out_dir", "device", "eval", "train.num_threads", "train.num_workers", "train.epochs",
@@ -69,160 +59,152 @@ def learning_rate(cfg: DictConfig, epoch: int) -> float:
 
 
 def ss_probability(cfg: DictConfig, epoch: int) -> float:
+    """The scheduled-sampling probability of ``epoch``: ``increase_prob`` more every ``increase_every`` epochs after
+    ``start`` (a negative start: never), at most ``max_prob``."""
     s = cfg.scheduled_sampling
     if s.start < 0 or epoch <= s.start:
         return 0.0
     return min(s.increase_prob * ((epoch - s.start) // s.increase_every), s.max_prob)
 
 
-def validate(cfg: DictConfig, model, dataset: CaptionDataset, corpus: CaptionCorpus, progress: bool,
-             runtime: Optional[Runtime] = None) -> dict:
-    captions = caption_images(model, dataset, corpus.vocab, cfg.eval.beam_size, cfg.eval.max_length,
-                              cfg.eval.batch_size, progress, cfg.eval.length_penalty, runtime)
-    return score_captions(captions, corpus.references(dataset.images), list(cfg.eval.metrics))
+class EpochBatches(Sequence):
+    """An epoch's batches of image indices; a slice (``[start:]``, where a resumed epoch goes on) is the DataLoader
+    over them, so that ``train.num_workers`` workers prefetch."""
+
+    def __init__(self, batches: List[List[int]], loader: Callable[[List[List[int]]], DataLoader]):
+        self.batches, self.loader = batches, loader
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __getitem__(self, index):
+        return self.loader(self.batches[index]) if isinstance(index, slice) else self.batches[index]
+
+
+class CaptioningTask(Task):
+    """Att2in for :class:`common.training.Engine`: Adam at the epoch's learning rate, the epoch's scheduled-sampling
+    probability, the NLL + weighted KL, gradients clipped by value, and the beam-search validation of the main
+    process, whose CIDEr keeps ``best.pt``; a history row per epoch."""
+
+    sum_dtype = torch.float32  # the epoch means as this loop logged them before the engine
+
+    def __init__(self, cfg: DictConfig, runtime: Runtime, progress: bool):
+        self.cfg, self.runtime, self.env, self.progress, self.dir = cfg, runtime, runtime.env, progress, run_dir(cfg)
+        self.corpus = corpus = CaptionCorpus(prepared_dir(cfg))
+        self.store = RegionFeatureStore(data_path(cfg, cfg.data.features))
+        self.train_set = CaptionDataset(corpus.split("train"), self.store, corpus.vocab, corpus.max_length,
+                                        cfg.train.seq_per_img)
+        self.val_set = CaptionDataset(corpus.split(cfg.eval.split, cfg.eval.max_images), self.store, corpus.vocab,
+                                      corpus.max_length, with_captions=False)
+        seed_everything(cfg.seed, deterministic=cfg.train.deterministic)
+        self.model = build_model(cfg, corpus.vocab, self.store.feature_dim).to(runtime.device)
+        self.forward = runtime.compile(wrap_model(self.model, self.env))
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay)
+        self.clip = lambda: torch.nn.utils.clip_grad_value_(self.model.parameters(), cfg.optim.grad_clip_value)
+        self.kl = attention.KLSchedule.from_config(cfg.kl)
+        self.sampler = shard_sampler(self.train_set, self.env, shuffle=True, seed=cfg.seed)
+        self.ss_prob = 0.0  # the epoch's, set before each update
+        self.scores: Optional[dict] = None  # the last validation's
+        self.history: List[dict] = []  # a row per epoch: its means, lr, ss_prob and val scores when validated
+        self.best: Optional[dict] = None  # the best epoch and its val scores
+
+    def _generator(self, epoch: int) -> torch.Generator:
+        return torch.Generator().manual_seed(self.cfg.seed * 1_000_003 + epoch)
+
+    def updates(self, epoch: int) -> EpochBatches:
+        """The batches of ``epoch`` (this process's shard under torchrun), drawn as a shuffling DataLoader draws them
+        from the epoch's generator: its workers' base seed, then the order."""
+        if self.sampler is not None:
+            self.sampler.set_epoch(epoch)
+            order = list(self.sampler)
+        else:
+            generator = self._generator(epoch)
+            torch.empty((), dtype=torch.int64).random_(generator=generator)  # the base seed that the loader draws
+            order = torch.randperm(len(self.train_set), generator=generator).tolist()
+        size = self.cfg.train.batch_size
+        return EpochBatches([order[i:i + size] for i in range(0, len(order), size)], lambda batches: DataLoader(
+            self.train_set, batch_sampler=batches, collate_fn=collate, num_workers=self.cfg.train.num_workers,
+            generator=self._generator(epoch), pin_memory=self.runtime.pin_memory))  # nothing from torch's global RNG
+
+    def before_update(self, state: TrainState) -> None:
+        """The epoch's learning rate and scheduled-sampling probability."""
+        for group in self.optimizer.param_groups:
+            group["lr"] = learning_rate(self.cfg, state.epoch)
+        self.ss_prob = ss_probability(self.cfg, state.epoch)
+
+    def train_step(self, batch: dict, state: TrainState) -> Dict[str, Tensor]:
+        batch = self.runtime.to_device(batch)
+        with self.runtime.autocast(), attention.aux_losses() if self.cfg.kl.weight > 0 else nullcontext() as aux:
+            log_probs = self.forward(batch["features"], batch["mask"], batch["captions"], self.ss_prob)
+        nll = caption_nll(log_probs, batch["captions"], self.corpus.vocab.pad)
+        kl = aux.total() / log_probs.shape[1] if aux is not None else torch.zeros((), device=nll.device)
+        loss = nll + self.kl(state.step) * kl
+        self.runtime.backward(loss)
+        return {"train/loss": loss.detach(), "train/nll": nll.detach(), "train/kl": kl.detach()}
+
+    def epoch_values(self, sums: Dict[str, float], updates: int, state: TrainState) -> Dict[str, float]:
+        """The epoch's mean losses, learning rate and scheduled-sampling probability, kept as its history row."""
+        row = {"epoch": state.epoch, "lr": learning_rate(self.cfg, state.epoch),
+               "ss_prob": ss_probability(self.cfg, state.epoch), **self.window_values(sums, updates, state)}
+        self.history.append(row)
+        if self.env.is_main:
+            console.say(f"epoch {state.epoch + 1}/{self.cfg.train.epochs}: train nll {row['train/nll']:.3f}")
+        return {key: value for key, value in row.items() if key != "epoch"}
+
+    def evaluate(self, state: TrainState) -> Dict[str, float]:
+        """The val scores of the beam-search captions (main process), added to the epoch's history row."""
+        if not self.env.is_main:
+            return {}
+        e = self.cfg.eval
+        captions = caption_images(self.model, self.val_set, self.corpus.vocab, e.beam_size, e.max_length, e.batch_size,
+                                  self.progress, e.length_penalty, self.runtime)
+        self.scores = score_captions(captions, self.corpus.references(self.val_set.images), list(e.metrics))
+        metrics = {f"val/{key}": value for key, value in self.scores.items() if isinstance(value, float)}
+        self.history[-1].update(metrics)
+        console.say(f"epoch {state.epoch}/{self.cfg.train.epochs}: val {format_scores(self.scores)}")
+        return metrics
+
+    def score(self, metrics) -> float:
+        return metrics["val/CIDEr"]
+
+    def on_best(self, state: TrainState) -> None:
+        """Keep the epoch and its scores, and write ``best.pt`` (what ``captioning.evaluate`` loads)."""
+        vocab, self.best = self.corpus.vocab, {"epoch": state.epoch - 1, "scores": self.scores}
+        atomic_save({"model": self.model.state_dict(), "config": to_dict(self.cfg),
+                     "feature_dim": self.store.feature_dim, **self.best,
+                     "vocab": {"tokens": vocab.tokens[len(vocab.specials):], "specials": list(vocab.specials)}},
+                    self.dir / "best.pt")
+
+    def state_dict(self) -> dict:
+        return {"history": self.history, "best": self.best}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.history, self.best = state["history"], state["best"]
 
 
 def run(cfg: DictConfig, progress: bool = True, runtime: Optional[Runtime] = None) -> dict:
-    """Train (resuming from the last epoch checkpoint of ``out_dir``) and write ``results.json``."""
-    runtime = runtime or Runtime.create(cfg.device, cfg.train.precision, cfg.train.compile,
-                                        threads=cfg.train.num_threads, distributed=True)
-    env = runtime.env
-    try:
-        return _train(cfg, progress and env.is_main, runtime)
-    finally:
-        cleanup(env)
-
-
-def check_run_inputs(cfg: DictConfig) -> None:
-    """One error naming every missing input: the region features and, while the captions are not
-    prepared, Karpathy's file that ``captioning.prepare`` needs (not the file that it would write)."""
-    from common.utils.paths import check_inputs
-
-    from .prepare import KARPATHY_FIX, default_dataset_json
-
-    prepared = prepared_dir(cfg)
-    prepare = " ".join(["python -m captioning.prepare", *(["--data-root", cfg.data_root] if cfg.data_root else []),
-                        *(["--out", str(prepared)] if cfg.data.prepared else [])])
-    karpathy = None if (prepared / "captions.json").is_file() else default_dataset_json(cfg.data_root)
-    check_inputs([("read by captioning.prepare", karpathy, f"{KARPATHY_FIX}, then run `{prepare}`"),
-                  ("data.features", data_path(cfg, cfg.data.features),
-                   "create it with scripts/convert_features.py or scripts/extract_features.py")])
-
-
-def write_demo_data(cfg: DictConfig) -> None:
-    """``--demo``'s inputs: the synthetic COCO of :mod:`captioning.fixtures` (with COCO image 273052's
-    boxes, for ``captioning.visualize``) in ``cfg.data_root``, its captions prepared in ``data.prepared``."""
-    from .fixtures import write_karpathy_fixture
-    from .prepare import prepare
-
-    paths = write_karpathy_fixture(cfg.data_root, include_demo_image=True)
-    prepare(paths["dataset"], prepared_dir(cfg))
-
-
-def _train(cfg: DictConfig, progress: bool, runtime: Runtime) -> dict:
-    env = runtime.env
+    """Train (resuming where the run in ``out_dir`` stopped) and write ``results.json``; its record ({} on all
+    but the first process)."""
     if "cider" not in cfg.eval.metrics:
         raise ValueError("eval.metrics must include cider: the best checkpoint is chosen by val CIDEr")
     check_run_inputs(cfg)
-    out_dir = run_dir(cfg)
-    corpus = CaptionCorpus(prepared_dir(cfg))
-    store = RegionFeatureStore(data_path(cfg, cfg.data.features))
-    vocab = corpus.vocab
-    train_set = CaptionDataset(corpus.split("train"), store, vocab, corpus.max_length, cfg.train.seq_per_img)
-    val_set = CaptionDataset(corpus.split(cfg.eval.split, cfg.eval.max_images), store, vocab, corpus.max_length,
-                             with_captions=False)
-
-    seed_everything(cfg.seed, deterministic=cfg.train.deterministic)
-    model = build_model(cfg, vocab, store.feature_dim).to(runtime.device)
-    forward = runtime.compile(wrap_model(model, env))
-    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay)
-    checkpointer = Checkpointer(out_dir, keep=2)
-    config = to_dict(cfg)
-    _check_resumable(checkpointer, config)
-    state = checkpointer.load_latest(model, optimizer, map_location=runtime.device, scaler=runtime.scaler)
-    extra = state["extra"] if state is not None else {"config": config, "best": None, "history": [], "iteration": 0}
-    start_epoch = 0 if state is None else state["step"] + 1
-    schedule = attention.KLSchedule.from_config(cfg.kl)
-    generator = torch.Generator().manual_seed(cfg.seed)
-    sampler = shard_sampler(train_set, env, shuffle=True, seed=cfg.seed)
-    loader = DataLoader(train_set, batch_size=cfg.train.batch_size, shuffle=sampler is None, sampler=sampler,
-                        collate_fn=collate, num_workers=cfg.train.num_workers, generator=generator,
-                        persistent_workers=cfg.train.num_workers > 0, pin_memory=runtime.pin_memory)
-    start = time.perf_counter()
-    with MetricsLogger(out_dir, enabled=env.is_main) as logger:
-        for epoch in range(start_epoch, cfg.train.epochs):
-            generator.manual_seed(cfg.seed * 1_000_003 + epoch)  # the same shuffles whether resumed or not
-            if sampler is not None:
-                sampler.set_epoch(epoch)
-            epoch_start = time.perf_counter()
-            lr, ss_prob = learning_rate(cfg, epoch), ss_probability(cfg, epoch)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            sums = train_epoch(cfg, forward, optimizer, loader, schedule, extra, ss_prob, vocab.pad,
-                               desc=f"epoch {epoch + 1}/{cfg.train.epochs} batch", progress=progress,
-                               runtime=runtime)
-            row = {"epoch": epoch, "lr": lr, "ss_prob": ss_prob, **sums}
-            last = epoch == cfg.train.epochs - 1
-            if env.is_main and (last or (cfg.eval.every > 0 and (epoch + 1) % cfg.eval.every == 0)):
-                scores = validate(cfg, model, val_set, corpus, progress, runtime)
-                row.update({f"val/{k}": v for k, v in scores.items() if isinstance(v, float)})
-                if extra["best"] is None or scores["CIDEr"] > extra["best"]["scores"]["CIDEr"]:
-                    extra["best"] = {"epoch": epoch, "scores": scores}
-                    atomic_save({"model": model.state_dict(), "config": config, "feature_dim": store.feature_dim,
-                                 "vocab": {"tokens": vocab.tokens[len(vocab.specials):],
-                                           "specials": list(vocab.specials)},
-                                 "epoch": epoch, "scores": scores}, out_dir / "best.pt")
-            extra["history"].append(row)
-            # training and validation time of every epoch, kept in the checkpoints across resumptions
-            extra["train_seconds"] = extra.get("train_seconds", 0.0) + time.perf_counter() - epoch_start
-            if env.is_main:
-                checkpointer.save(epoch, model, optimizer, extra=extra, scaler=runtime.scaler)
-                logger.log(epoch, **{k: v for k, v in row.items() if k != "epoch"})  # after the save: no line twice
-            barrier(env)
-            if env.is_main:
-                console.say(f"epoch {epoch + 1}/{cfg.train.epochs}: train nll {row['train/nll']:.3f}"
-                            + (f", val {format_scores(scores)}" if "val/CIDEr" in row else ""))
-    if not env.is_main:  # the first process validated and writes the results
+    runtime = runtime or Runtime.create(cfg.device, cfg.train.precision, cfg.train.compile,
+                                        threads=cfg.train.num_threads, distributed=True)
+    start, main = time.perf_counter(), runtime.env.is_main
+    try:
+        task = CaptioningTask(cfg, runtime, progress and main)
+        if main:
+            open_run_dir(task.dir, to_dict(cfg), RESUMABLE_KEYS)
+        # validation every eval.every epochs (0: only after the last one, which is always validated)
+        plan = Plan(max_epochs=cfg.train.epochs, eval_epochs=cfg.eval.every or cfg.train.epochs, keep=2)
+        state = Engine(runtime, task.dir, plan, progress=progress, label=cfg.attention.name).fit(task)
+    finally:
+        cleanup(runtime.env)
+    if not main:  # the first process validated and writes the results
         return {}
-    results = results_record(config, attention=cfg.attention.name, best_epoch=extra["best"]["epoch"],
-                             val=extra["best"]["scores"], history=extra["history"], epochs=cfg.train.epochs,
-                             train_seconds=extra.get("train_seconds"),
-                             wall_seconds_this_run=time.perf_counter() - start, checkpoint=str(out_dir / "best.pt"),
-                             runtime=runtime.describe())
-    atomic_write_json(out_dir / "results.json", results)
+    results = results_record(to_dict(cfg), attention=cfg.attention.name, best_epoch=task.best["epoch"],
+                             val=task.best["scores"], history=task.history, epochs=cfg.train.epochs,
+                             train_seconds=state.train_seconds, wall_seconds_this_run=time.perf_counter() - start,
+                             checkpoint=str(task.dir / "best.pt"), runtime=runtime.describe())
+    atomic_write_json(task.dir / "results.json", results)
     return results
-
-
-def train_epoch(cfg: DictConfig, model, optimizer, loader: DataLoader, schedule: attention.KLSchedule, extra: dict,
-                ss_prob: float, pad: int, desc: str, progress: bool, runtime: Optional[Runtime] = None) -> dict:
-    """One pass over ``loader``; returns the epoch's mean loss, NLL and KL."""
-    runtime = runtime or Runtime(torch.device("cpu"))
-    model.train()
-    totals = {"train/loss": 0.0, "train/nll": 0.0, "train/kl": 0.0}
-    batches = 0
-    collect_kl = cfg.kl.weight > 0
-    for batch in console.progress(loader, desc=desc, enabled=progress):
-        batch = runtime.to_device(batch)
-        optimizer.zero_grad(set_to_none=True)
-        with runtime.autocast(), attention.aux_losses() if collect_kl else nullcontext() as aux:
-            log_probs = model(batch["features"], batch["mask"], batch["captions"], ss_prob)
-        nll = caption_nll(log_probs, batch["captions"], pad)
-        steps = log_probs.shape[1]
-        kl = aux.total() / steps if aux is not None else torch.zeros((), device=nll.device)
-        loss = nll + schedule(extra["iteration"]) * kl
-        clip_value = cfg.optim.grad_clip_value
-        runtime.backward_step(loss, optimizer,
-                              clip=lambda: torch.nn.utils.clip_grad_value_(model.parameters(), clip_value))
-        extra["iteration"] += 1
-        batches += 1
-        for key, value in (("train/loss", loss.detach()), ("train/nll", nll.detach()), ("train/kl", kl.detach())):
-            totals[key] = totals[key] + value  # on the device: read once, at the end of the epoch
-    return {key: float(value) / max(batches, 1) for key, value in totals.items()}
-
-
-def _check_resumable(checkpointer: Checkpointer, config: dict) -> None:
-    """A run directory resumes only with the config that started it."""
-    paths = checkpointer.paths()
-    if paths:
-        saved = torch.load(paths[-1], map_location="cpu", weights_only=False)["extra"]["config"]
-        check_resumable(saved, config, RESUMABLE_KEYS, paths[-1].parent.parent)

@@ -17,8 +17,8 @@ def test_piped_run_prints_epoch_lines_summary_and_files(coco_fixture, tiny_overr
     assert "\r" not in captured.err
     stdout = captured.out.splitlines()
     assert stdout[0].startswith("softmax: best val (epoch ") and "of 2) CIDEr" in stdout[0]
-    assert stdout[1:] == ["files written:", *(f"  {out / name}" for name in ("results.json", "best.pt")),
-                          f"  {out / 'checkpoints'}/", f"  {out / 'metrics.jsonl'}"]
+    assert stdout[1:] == ["files written:", f"  {out / 'results.json'}", f"  {out / 'best.pt'}",
+                          f"  {out / 'checkpoints'}/", f"  {out / 'metrics.jsonl'}", f"  {out / 'config.json'}"]
     assert json.loads((out / "results.json").read_text())["train_seconds"] > 0
 
 
@@ -35,9 +35,11 @@ def test_ctrl_c_exits_130_with_a_resume_hint_and_the_rerun_resumes(coco_fixture,
     restore = ctrl_c_on_call(training, "caption_nll", 6)
     assert train.main(argv) == 130
     err = capsys.readouterr().err
-    assert err.rstrip().endswith("interrupted at epoch 2/2 batch 1/4; re-run the same command to resume")
-    assert (out / "checkpoints" / "step_0.pt").is_file() and not (out / "results.json").exists()
+    assert err.rstrip().endswith("interrupted at update 6/8; re-run the same command to resume")
+    assert f"softmax: update 6 saved to {out / 'checkpoints' / 'step_6.pt'}" in err.splitlines()
+    assert (out / "checkpoints" / "step_4.pt").is_file() and not (out / "results.json").exists()
     restore()
     assert train.main(argv) == 0
+    assert "softmax: resuming from update 6 (epoch 2)" in capsys.readouterr().err.splitlines()
     history = json.loads((out / "results.json").read_text())["history"]
-    assert [row["epoch"] for row in history] == [0, 1]  # epoch 1 from the checkpoint, epoch 2 trained again
+    assert [row["epoch"] for row in history] == [0, 1]  # epoch 1 from the checkpoint, epoch 2 from its 3rd update

@@ -17,7 +17,7 @@ def test_a_run_written_on_a_gpu_resumes_and_evaluates_on_the_cpu(coco_fixture, t
     root = coco_fixture["root"]
     whole = train_probe(root, tmp_path / "whole", tiny_overrides, epochs=2)
     half = train_probe(root, tmp_path / "half", tiny_overrides, epochs=1)
-    assert rewrite_as_written_on_cuda(half["out"]) == 2  # best.pt and checkpoints/step_0.pt
+    assert rewrite_as_written_on_cuda(half["out"]) == 2  # best.pt and checkpoints/step_4.pt
     resumed = train_probe(root, tmp_path / "half", tiny_overrides, epochs=2)
     assert resumed["losses"] == whole["losses"]
     rewrite_as_written_on_cuda(resumed["out"])

@@ -9,8 +9,9 @@ import torch
 from captioning import evaluate, train, training, visualize
 from captioning.config import load_config
 from captioning.fixtures import DEMO_IMAGE_ID, DEMO_IMAGE_SIZE, write_karpathy_fixture
+from captioning.run_inputs import check_run_inputs
 from common.features.fixtures import write_format_fixtures
-from common.utils import read_metrics
+from common.utils import Checkpointer, read_metrics
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -26,22 +27,37 @@ def test_tiny_model_overfits_20_fixture_images(coco_fixture, tiny_overrides, tmp
     assert nll[-1] < 0.2 * nll[0]
 
 
-def test_resumed_run_equals_uninterrupted(coco_fixture, tiny_overrides, tmp_path):
+def test_resumed_runs_equal_the_uninterrupted_one(coco_fixture, tiny_overrides, tmp_path, ctrl_c_on_call):
+    """A run given more epochs, and one stopped by Ctrl-C inside an epoch, each rerun to the end: the same
+    history (losses, scheduled sampling, KL, val scores) and the same best weights as a run never stopped."""
     common = ["eval.every=0", "eval.split=val", "eval.metrics=[cider]", "scheduled_sampling.start=0",
               "scheduled_sampling.increase_every=1", "scheduled_sampling.increase_prob=0.2"]
-    whole = training.run(load_config("bam-wc", tiny_overrides(coco_fixture["root"], tmp_path / "a")
-                                  + common + ["train.epochs=3"]), progress=False)
-    training.run(load_config("bam-wc", tiny_overrides(coco_fixture["root"], tmp_path / "b")
-                          + common + ["train.epochs=2"]), progress=False)
-    resumed = training.run(load_config("bam-wc", tiny_overrides(coco_fixture["root"], tmp_path / "b")
-                                    + common + ["train.epochs=3"]), progress=False)
-    assert [r["train/loss"] for r in resumed["history"]] == [r["train/loss"] for r in whole["history"]]
-    assert [r["ss_prob"] for r in resumed["history"]] == pytest.approx([0, 0.2, 0.25]) and resumed["history"][-1]["train/kl"] > 0
+
+    def config(out, epochs=3, attention="bam-wc"):
+        return load_config(attention, tiny_overrides(coco_fixture["root"], tmp_path / out) + common
+                           + [f"train.epochs={epochs}"])
+
+    whole = training.run(config("a"), progress=False)
+    training.run(config("b", epochs=2), progress=False)
+    longer = training.run(config("b"), progress=False)
+    assert [r["train/loss"] for r in longer["history"]] == [r["train/loss"] for r in whole["history"]]
+    assert [r["ss_prob"] for r in longer["history"]] == pytest.approx([0, 0.2, 0.25])
+    assert longer["history"][-1]["train/kl"] > 0
+    # 20 images / batches of 5: 4 updates an epoch; update 6 is epoch 2's second
+    restore = ctrl_c_on_call(training, "caption_nll", 6)
+    with pytest.raises(KeyboardInterrupt):
+        training.run(config("c"), progress=False)
+    restore()
+    assert [p.name for p in Checkpointer(tmp_path / "c").paths()] == ["step_4.pt", "step_6.pt"]
+    resumed = training.run(config("c"), progress=False)
+    assert resumed["history"] == whole["history"] and resumed["val"] == whole["val"]
+    best, reference = (torch.load(tmp_path / run / "best.pt", weights_only=False)["model"] for run in ("c", "a"))
+    assert all(torch.equal(best[name], reference[name]) for name in reference)
+    assert [p.name for p in Checkpointer(tmp_path / "c").paths()] == ["step_8.pt", "step_12.pt"]  # Ctrl-C's went
     with pytest.raises(ValueError, match="best.pt that captioning.train writes"):
-        evaluate.load_checkpoint(tmp_path / "b" / "checkpoints" / "step_2.pt")
+        evaluate.load_checkpoint(tmp_path / "b" / "checkpoints" / "step_12.pt")
     with pytest.raises(ValueError, match="different config"):
-        training.run(load_config("softmax", tiny_overrides(coco_fixture["root"], tmp_path / "b") + ["train.epochs=4"]),
-                  progress=False)
+        training.run(config("b", epochs=4, attention="softmax"), progress=False)
 
 
 @pytest.mark.realdata
@@ -94,8 +110,8 @@ def test_demo_runs_the_pipeline_without_data(tmp_path, monkeypatch, capsys):
     assert printed[0].startswith("softmax: best val (epoch 2 of 2) Bleu_1")
     assert printed[1].startswith("test (5 images, beam 5): Bleu_1") and "CIDEr" in printed[1]
     assert printed[2:] == ["files written:", *(f"  {run}/{name}" for name in (
-        "results.json", "best.pt", "checkpoints/", "metrics.jsonl", "captions_test.json", "results_test.json",
-        "data/"))]
+        "results.json", "best.pt", "checkpoints/", "metrics.jsonl", "config.json", "captions_test.json",
+        "results_test.json", "data/"))]
     assert json.loads((run / "results.json").read_text())["config"]["data_root"] == str(run / "data")
     test = json.loads((run / "results_test.json").read_text())
     assert test["images"] == 5 and set(test["scores"]) == {"Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "CIDEr"}
@@ -135,7 +151,7 @@ def test_without_data_the_missing_files_are_named_not_the_file_prepare_would_wri
     write_karpathy_fixture(tmp_path)
     from captioning import prepare
     assert prepare.main(["--data-root", str(tmp_path)]) == 0
-    training.check_run_inputs(load_config("softmax", [f"data_root={tmp_path}"]))
+    check_run_inputs(load_config("softmax", [f"data_root={tmp_path}"]))
 
 
 def test_plot_without_prior_has_one_panel_per_word(tmp_path):
