@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from contextlib import nullcontext
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Dict, List, Optional
 
 import torch
 from omegaconf import DictConfig
@@ -24,7 +24,7 @@ from torch.utils.data import DataLoader
 
 from common import attention
 from common.features import RegionFeatureStore
-from common.training import Engine, Plan, Task, TrainState
+from common.training import Engine, EpochBatches, Plan, Task, TrainState
 from common.utils import atomic_save, atomic_write_json, console, results_record, seed_everything
 from common.utils.distributed import cleanup, shard_sampler, wrap_model
 from common.utils.runs import open_run_dir
@@ -65,20 +65,6 @@ def ss_probability(cfg: DictConfig, epoch: int) -> float:
     if s.start < 0 or epoch <= s.start:
         return 0.0
     return min(s.increase_prob * ((epoch - s.start) // s.increase_every), s.max_prob)
-
-
-class EpochBatches(Sequence):
-    """An epoch's batches of image indices; a slice (``[start:]``, where a resumed epoch goes on) is the DataLoader
-    over them, so that ``train.num_workers`` workers prefetch."""
-
-    def __init__(self, batches: List[List[int]], loader: Callable[[List[List[int]]], DataLoader]):
-        self.batches, self.loader = batches, loader
-
-    def __len__(self) -> int:
-        return len(self.batches)
-
-    def __getitem__(self, index):
-        return self.loader(self.batches[index]) if isinstance(index, slice) else self.batches[index]
 
 
 class CaptioningTask(Task):
@@ -122,8 +108,8 @@ class CaptioningTask(Task):
             torch.empty((), dtype=torch.int64).random_(generator=generator)  # the base seed that the loader draws
             order = torch.randperm(len(self.train_set), generator=generator).tolist()
         size = self.cfg.train.batch_size
-        return EpochBatches([order[i:i + size] for i in range(0, len(order), size)], lambda batches: DataLoader(
-            self.train_set, batch_sampler=batches, collate_fn=collate, num_workers=self.cfg.train.num_workers,
+        return EpochBatches([order[i:i + size] for i in range(0, len(order), size)], lambda part, start: DataLoader(
+            self.train_set, batch_sampler=part, collate_fn=collate, num_workers=self.cfg.train.num_workers,
             generator=self._generator(epoch), pin_memory=self.runtime.pin_memory))  # nothing from torch's global RNG
 
     def before_update(self, state: TrainState) -> None:

@@ -23,7 +23,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Uni
 import numpy as np
 import torch
 from omegaconf import DictConfig
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 
 from common.features import RegionFeatures, RegionFeatureStore, pad_regions
 from common.text import Vocabulary
@@ -265,26 +265,3 @@ def load_split(cfg: DictConfig, name: str) -> Tuple[List[dict], Optional[List[di
         raise VQADataError(f"region features {features_path} (data.splits.{name}.features) do not exist; "
                            f"{FEATURES_FIX}")
     return questions, annotations, RegionFeatureStore(features_path)
-
-
-class EpochBatches(Sequence):
-    """An epoch's batches of ``dataset`` indices, for :class:`common.training.Engine` (``Task.updates``): a slice
-    (the engine's ``[start:]``) is a DataLoader over them (``options``: its ``collate_fn``, ``num_workers`` ...),
-    whose workers load ahead."""
-
-    def __init__(self, batches: List[List[int]], dataset: Dataset, **options):
-        self.batches, self.dataset, self.options = batches, dataset, options
-
-    def __len__(self) -> int:
-        return len(self.batches)
-
-    def __getitem__(self, index):
-        """A batch, or a DataLoader over a slice. Iterating a DataLoader draws its workers' base seed from torch's
-        generator: the loader of a whole epoch draws it at the epoch's start, as one over a sampler does; one
-        resumed inside the epoch has a generator of its own, since the restored state of torch's already holds that
-        draw (an empty slice is a list: no loader, no draw)."""
-        batches = self.batches[index]
-        if not isinstance(index, slice) or not batches:
-            return batches
-        own = torch.Generator() if index.start else None
-        return DataLoader(self.dataset, batch_sampler=batches, generator=own, **self.options)

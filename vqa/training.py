@@ -26,17 +26,16 @@ from typing import Dict, Optional, Sequence
 import torch
 import torch.nn.functional as F
 from omegaconf import DictConfig
-from torch.utils.data import BatchSampler, DistributedSampler
+from torch.utils.data import BatchSampler, DataLoader, DistributedSampler
 
 from common import attention
-from common.training import Engine, Plan, Task, TrainState
+from common.training import Engine, EpochBatches, Plan, Task, TrainState
 from common.utils import Checkpointer, atomic_write_json, console, results_record, seed_everything
 from common.utils.distributed import all_reduce_mean, cleanup, shard_sampler, wrap_model
 from common.utils.runtime import Runtime
 
 from .answers import answers_of
 from .config import default_out_dir, to_dict
-from .data import EpochBatches
 from .evaluation import vqa_accuracy, write_submission
 from .predict import build_model, predict_logits
 from .run_inputs import load_run_data, save_run, word_vectors
@@ -97,11 +96,16 @@ class MCANTask(Task):
             save_run(cfg, out_dir, vocab, self.answers)
 
     def updates(self, epoch: int) -> EpochBatches:
-        """This process's batches of ``epoch`` (its shard of the seed's permutation), the last partial one dropped."""
+        """This process's batches of ``epoch`` (its shard of the seed's permutation), the last partial one dropped.
+        Iterating a DataLoader draws its workers' base seed from torch's generator: the loader of a whole epoch draws
+        it at the epoch's start, as one over a sampler does; one resumed inside the epoch has a generator of its own,
+        since the restored state of torch's already holds that draw."""
         self.sampler.set_epoch(epoch)
         batches = list(BatchSampler(self.sampler, self.cfg.train.batch_size, drop_last=True))
-        return EpochBatches(batches, self.train_set, collate_fn=self.train_set.datasets[0].collate,
-                            num_workers=self.cfg.train.num_workers, pin_memory=self.runtime.pin_memory)
+        return EpochBatches(batches, lambda part, start: DataLoader(
+            self.train_set, batch_sampler=part, generator=torch.Generator() if start else None,
+            collate_fn=self.train_set.datasets[0].collate, num_workers=self.cfg.train.num_workers,
+            pin_memory=self.runtime.pin_memory))
 
     def train_step(self, batch: Dict, state: TrainState) -> Dict[str, torch.Tensor]:
         batch, runtime = self.runtime.to_device(batch), self.runtime

@@ -3,6 +3,7 @@
 from common.lazy import lazy_exports
 
 _EXPORTS = {"Engine": "engine", "Plan": "engine", "Task": "engine", "TrainState": "engine",
-            "train_seeds": "seeds", "seed_summary": "seeds", "optional_mean_std": "seeds"}
+            "train_seeds": "seeds", "seed_summary": "seeds",
+            "EpochBatches": "batches"}
 __all__ = list(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -3,7 +3,7 @@ record written atomically as ``<out_dir>/seed<k>.json``, and the mean +- std ove
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, Dict, Iterable, List, Mapping, Optional
+from typing import Callable, Dict, Iterable, List, Mapping
 
 from common.utils import console
 from common.utils.distributed import DistEnv, broadcast_objects
@@ -45,9 +45,3 @@ def seed_summary(per_seed: List[Mapping], keys: Iterable[str]) -> Dict[str, Dict
     seed's record (``dev``, ``test``, ...)."""
     return {key: {metric: mean_std([record[key][metric] for record in per_seed]) for metric in per_seed[0][key]}
             for key in keys if isinstance(per_seed[0].get(key), Mapping)}
-
-
-def optional_mean_std(per_seed: List[Mapping], key: str) -> Optional[dict]:
-    """:func:`~common.utils.runs.mean_std` of a scalar ``key`` of the records (None when no record has it)."""
-    values = [record.get(key) for record in per_seed]
-    return mean_std(values) if any(v is not None for v in values) else None

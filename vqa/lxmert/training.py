@@ -23,16 +23,15 @@ from __future__ import annotations
 import json
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, Optional
 
 import torch
 from omegaconf import DictConfig
 from torch.utils.data import DataLoader
 
 from common import attention
-from common.training import Engine, Plan, Task, TrainState
+from common.training import Engine, EpochBatches, Plan, Task, TrainState
 from common.utils import (Checkpointer, atomic_write_json, atomic_write_text, console, environment, results_record,
                           seed_everything)
 from common.utils.config import check_resumable, to_dict
@@ -56,20 +55,6 @@ RESUMABLE_KEYS = ("data_root", "out_dir", "device", "model.pretrained", "train.m
                   "train.num_threads", "train.eval_batch_size", "train.log_every", "train.checkpoint_every",
                   "train.precision", "train.compile")
 PACKAGES = ("attention-suite", "torch", "transformers", "torch-optimizer", "entmax", "h5py", "numpy", "omegaconf")
-
-
-@dataclass
-class EpochBatches:
-    """An epoch's batches of question indices; a slice of them (``[skip:]`` resumes the epoch) is a DataLoader."""
-
-    batches: List[List[int]]
-    loader: Callable[[List[List[int]]], DataLoader]
-
-    def __len__(self) -> int:
-        return len(self.batches)
-
-    def __getitem__(self, part: slice) -> DataLoader:
-        return self.loader(self.batches[part])
 
 
 class LxmertTask(Task):
@@ -112,8 +97,8 @@ class LxmertTask(Task):
                                generator=torch.Generator().manual_seed(self.cfg.seed * 1000 + epoch)).tolist()
         size = self.cfg.train.batch_size
         return EpochBatches([order[i * size:(i + 1) * size] for i in range(len(order) // size)],
-                            lambda batches: self._loader(self.train_set, self.train_set.datasets[0].collate,
-                                                         batch_sampler=batches))
+                            lambda part, start: self._loader(self.train_set, self.train_set.datasets[0].collate,
+                                                             batch_sampler=part))
 
     def train_step(self, batch: dict, state: TrainState) -> Dict[str, torch.Tensor]:
         device = self.runtime.device
