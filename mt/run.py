@@ -8,14 +8,16 @@ weights), ``checkpoints/step_<N>.pt`` (resumable training state), ``vocab.src.js
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple, Union
+from typing import Dict, Iterable, List, Optional, Tuple, Union
 
 import torch
 from torch import nn
 
 from common.text import Vocabulary
-from common.utils import Checkpointer
+from common.utils import Checkpointer, atomic_write_json
+from common.utils.config import check_resumable
 
 from .bpe import BPE
 from .data import DataError, Prepared, ensure_prepared
@@ -29,6 +31,20 @@ class RunFiles:
         if not (self.dir / "config.json").is_file():
             raise FileNotFoundError(f"{self.dir / 'config.json'} is missing: {self.dir} is not a run directory "
                                     "written by `python -m mt.train`")
+
+    @classmethod
+    def write(cls, run_dir: Path, config: dict, prepared: Prepared, resumable: Iterable[str]) -> "RunFiles":
+        """Write ``config.json`` (a run with checkpoints resumes only under the same config, but for the
+        ``resumable`` keys), the vocabularies and the BPE codes of a new or resumed run; its files."""
+        run_dir.mkdir(parents=True, exist_ok=True)
+        path = run_dir / "config.json"
+        if path.exists() and Checkpointer(run_dir).paths():
+            check_resumable(json.loads(path.read_text(encoding="utf-8")), config, resumable, run_dir)
+        atomic_write_json(path, config)
+        prepared.src_vocab.save(run_dir / "vocab.src.json")
+        prepared.tgt_vocab.save(run_dir / "vocab.tgt.json")
+        shutil.copyfile(prepared.bpe.codes, run_dir / "bpe.codes")
+        return cls(run_dir)
 
     def config(self) -> dict:
         return json.loads((self.dir / "config.json").read_text(encoding="utf-8"))

@@ -44,7 +44,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from common.utils.distributed import cleanup
     from common.utils.runtime import DeviceError, Runtime
 
-    from .training import Trainer, finish, summarize
+    from .results import summarize
+    from .training import train
 
     try:
         out_dir = Path(cfg.out_dir or Path("runs") / "mt" / cfg.dataset / args.preset)
@@ -55,9 +56,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     try:
-        trainer = Trainer(cfg, out_dir, data_root, runtime)
-        trainer.run()
-        record = finish(trainer, data_root) if runtime.env.is_main else None
+        record = train(cfg, out_dir, data_root, runtime)
     except (DataError, FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

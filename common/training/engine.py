@@ -347,8 +347,9 @@ class Engine:
     def _log_row(self, row: Dict[str, Any]) -> None:
         """Log an epoch's row: its numbers, the epoch's training means only where no window logs them."""
         means = self._epoch_keys if self.plan.log_every else ()
-        self.logger.log(self.state.step, **{k: v for k, v in row.items() if isinstance(v, (int, float))
-                                            and k != "step" and k not in means})
+        values = {k: v for k, v in row.items() if isinstance(v, (int, float)) and k != "step" and k not in means}
+        if set(values) - {"epoch"}:  # not a line that says only which epoch ended
+            self.logger.log(self.state.step, **values)
 
     def _check_time(self) -> None:
         """Stop every process once any has trained ``max_minutes``."""

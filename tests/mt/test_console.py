@@ -37,15 +37,16 @@ def test_a_run_stopping_between_validations_validates_its_last_update(tiny_root,
 
 def interrupt_at(monkeypatch, step, signals=1):
     """Send ``signals`` SIGINTs while update ``step`` logs (inside the update, so the first one is held)."""
-    log_window = training.Trainer._log_window
+    window_values = training.TranslationTask.window_values
 
-    def log_and_interrupt(self, *a, **k):
-        log_window(self, *a, **k)
-        if self.progress["step"] == step:
+    def log_and_interrupt(self, sums, updates, state):
+        values = window_values(self, sums, updates, state)
+        if state.step == step:
             for _ in range(signals):
                 os.kill(os.getpid(), signal.SIGINT)
+        return values
 
-    monkeypatch.setattr(training.Trainer, "_log_window", log_and_interrupt)
+    monkeypatch.setattr(training.TranslationTask, "window_values", log_and_interrupt)
 
 
 def history(out):
@@ -66,13 +67,13 @@ def test_ctrl_c_checkpoints_the_current_update_and_the_rerun_equals_a_run_never_
     interrupt_at(monkeypatch, 5)
     assert train.main(command) == 130
     err = capsys.readouterr().err
-    assert err.rstrip().endswith("interrupted at epoch 1 update 5/10; re-run the same command to resume")
+    assert err.rstrip().endswith("interrupted at update 5/13; re-run the same command to resume")
     assert f"update 5 saved to {out / 'checkpoints' / 'step_5.pt'}" in err
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step_3.pt", "step_5.pt"]
     assert not (out / "results.json").exists()
     monkeypatch.undo()
     assert train.main(command) == 0
-    assert "from update 5 (epoch 1, batch 5)" in capsys.readouterr().err
+    assert "lstm-cpu on Multi30k de-en: resuming from update 5 (epoch 1)" in capsys.readouterr().err
     assert history(out) == history(straight)
     # the Ctrl-C checkpoint went with the next one: the same checkpoints as the straight run, the same weights
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step_12.pt", "step_13.pt", "step_9.pt"]

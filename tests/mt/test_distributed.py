@@ -59,7 +59,7 @@ def test_two_processes_follow_one_process_accumulating_their_batches(tiny_root, 
     a, b = (torch.load(sorted((tmp_path / run / "checkpoints").iterdir())[-1], weights_only=False)
             for run in ("one", "two"))
     # one epoch of 9 batches: four rounds of 2, then 1 (the second process contributes nothing to it)
-    assert a["step"] == b["step"] == 5 and a["extra"]["epoch"] == b["extra"]["epoch"] == 1
+    assert a["step"] == b["step"] == 5 and a["extra"]["engine"]["epoch"] == b["extra"]["engine"]["epoch"] == 1
     for name in a["model"]:
         torch.testing.assert_close(b["model"][name], a["model"][name], rtol=1e-4, atol=1e-5)
     assert "resuming" not in one

@@ -1,10 +1,10 @@
-"""Learning-rate schedules of mt.training (python -m mt.train): inverse square root with warm-up, plateau halving."""
+"""Learning-rate schedules of mt.schedule (python -m mt.train): inverse square root with warm-up, plateau halving."""
 import math
 
 import pytest
 import torch
 
-from mt.training import LRSchedule
+from mt.schedule import LRSchedule
 
 
 def optimizer():
