@@ -76,7 +76,7 @@ def evaluate_checkpoint(
     from common.utils import seed_everything
     from common.utils.runtime import Runtime
 
-    from .training import build_model, evaluate_split, prepare_features
+    from .models import build_model, evaluate_split, prepare_features
 
     runtime = runtime or Runtime(torch.device("cpu"))
     checkpoint = load_checkpoint(path)
@@ -208,10 +208,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     import torch
 
     from common.utils import results_record
-    from common.utils.runs import ScoredSeed, planned_seeds, print_unfinished, unfinished_seeds
+    from common.utils.runs import ScoredSeed, mean_std, planned_seeds, print_unfinished, unfinished_seeds
     from common.utils.runtime import DeviceError
-
-    from .training import summarize
 
     try:
         if args.mc_samples < 0:
@@ -239,12 +237,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     title = (f"{reports[0]['dataset']} {reports[0]['attention']}: {len(reports)} checkpoint(s), "
              + (f"MC x{args.mc_samples}" if args.mc_samples else "eval mode"))
     bins = metrics.plot_reliability(probs, targets, figure, title=title)
-    summary = {"test_acc": summarize([r["test"]["acc"] for r in reports])}
+    summary = {"test_acc": mean_std(100 * r["test"]["acc"] for r in reports)}  # in percent, as every summary
     if args.mc_samples:
         for key in ("acc", "pavpu_ttest", "pavpu_entropy", "ece", "uncertain_ttest", "uncertain_entropy"):
-            summary[key if key.startswith("uncertain") else f"mc_{key}"] = summarize([r["mc"][key] for r in reports])
+            summary[key if key.startswith("uncertain") else f"mc_{key}"] = mean_std(100 * r["mc"][key] for r in reports)
     else:
-        summary["ece"] = summarize([metrics.expected_calibration_error(p, t) for p, t in predictions])
+        summary["ece"] = mean_std(100 * metrics.expected_calibration_error(p, t) for p, t in predictions)
     print(("mean +- std over checkpoints: " if len(reports) > 1 else "")
           + ", ".join(f"{k} {v['mean']:.2f}" + (f" +- {v['std']:.2f}" if len(reports) > 1 else "")
                       for k, v in summary.items()))

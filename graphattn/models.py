@@ -1,7 +1,10 @@
-"""The two-layer GAT of Velickovic et al. (ICLR 2018, Sec. 3.3) with any attention variant."""
+"""The two-layer GAT of Velickovic et al. (ICLR 2018, Sec. 3.3) with any attention variant; the one a run's config
+describes (:func:`build_model`), its inputs (:func:`prepare_features`) and its loss and accuracy on a split."""
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+import warnings
+from contextlib import nullcontext
+from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional
 
 import torch
 import torch.nn.functional as F
@@ -14,6 +17,12 @@ from common.utils.distributed import DistEnv
 from .config import KL_REDUCTIONS
 from .conv import GATConv
 from .dropout import Dropout, SparseDropout
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+    from torch_geometric.data import Data
+
+    from common.utils.runtime import Runtime
 
 
 class GAT(nn.Module):
@@ -63,10 +72,10 @@ class GAT(nn.Module):
     @torch.no_grad()
     def inference(self, x: Tensor, loader, env=None) -> Tensor:
         """The eval-mode output for every node, layer by layer over ``loader``'s full neighbourhoods
-        (:func:`graphattn.minibatch.inference_loader`): what ``self(x, edge_index)`` gives in eval mode,
+        (:func:`graphattn.layerwise.inference_loader`): what ``self(x, edge_index)`` gives in eval mode,
         without holding every layer's whole graph at once. ``env``: share the work over ``torchrun``
         processes (:class:`common.utils.distributed.DistEnv`)."""
-        from .minibatch import layer_over_batches
+        from .layerwise import layer_over_batches
 
         self.eval()
         env = env if env is not None else DistEnv()
@@ -89,3 +98,34 @@ class GAT(nn.Module):
         if len(terms) != len(heads):
             raise ValueError(f"expected one KL term per layer ({len(heads)}), got {len(terms)}")
         return sum(h * t for h, t in zip(heads, terms)) / sum(heads)
+
+
+def build_model(cfg: DictConfig, num_features: int, num_classes: int) -> GAT:
+    """The GAT described by ``cfg.model`` and ``cfg.attention``."""
+    return GAT(num_features, num_classes, attention=cfg.attention.name,
+               attention_options=dict(cfg.attention.options), **cfg.model)
+
+
+def prepare_features(data: Data, cfg: DictConfig) -> Tensor:
+    """``data.x`` as a sparse CSR matrix when ``train.sparse_features`` (same maths, faster)."""
+    if not cfg.train.sparse_features:
+        return data.x
+    with warnings.catch_warnings():  # "sparse CSR support is in beta": we only use stable ops
+        warnings.simplefilter("ignore", UserWarning)
+        return data.x.to_sparse_csr()
+
+
+def split_metrics(logits: Tensor, y: Tensor, mask: Tensor) -> Dict[str, float]:
+    """Cross-entropy and accuracy of ``logits`` on the nodes of ``mask``."""
+    logits = logits[mask].float()
+    return {"loss": float(F.cross_entropy(logits, y[mask])),
+            "acc": float((logits.argmax(-1) == y[mask]).float().mean())}
+
+
+@torch.no_grad()
+def evaluate_split(model: GAT, x, edge_index, y, mask, runtime: Optional[Runtime] = None) -> Dict[str, float]:
+    """Cross-entropy and accuracy on ``mask`` with the model in eval mode (posterior mean)."""
+    model.eval()
+    with runtime.autocast() if runtime is not None else nullcontext():
+        logits = model(x, edge_index)
+    return split_metrics(logits, y, mask)

@@ -18,14 +18,14 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from common.utils import atomic_save_figure  # noqa: E402
+from common.utils import atomic_save_figure, read_metrics  # noqa: E402
 
 CURVE_PANELS = (("train/loss", "training loss (CE + weighted KL)"), ("val/acc", "validation accuracy"))
 
 
 def _series(rows: Sequence[dict], key: str) -> Dict[int, float]:
     """``{epoch (1-based): value}`` of ``key`` in the rows of ``metrics.jsonl``."""
-    return {r["step"] + 1: r[key] for r in rows if isinstance(r.get(key), (int, float))}
+    return {int(r["epoch"]): r[key] for r in rows if isinstance(r.get(key), (int, float))}
 
 
 def seed_curves_figure(histories: Mapping[int, Sequence[dict]], best_epochs: Mapping[int, int], title: str = ""):
@@ -120,9 +120,13 @@ def plot_variant_accuracy(by_dataset: Mapping[str, Mapping[str, Sequence[float]]
     return atomic_save_figure(variant_accuracy_figure(by_dataset), path)
 
 
-def plot_run(out_dir: Path, results: Dict, histories: Dict[int, List[dict]], best_epochs: Dict[int, int]) -> List[Path]:
-    """``curves.png`` and ``accuracy.png`` of a run in ``out_dir``."""
-    title = f"GAT {results['attention']} on {results['dataset']}"
-    return [plot_seed_curves(histories, best_epochs, Path(out_dir) / "curves.png", title),
+def plot_run(out_dir: Path, results: Dict, per_seed: List[dict]) -> List[Path]:
+    """``curves.png`` (from each seed's ``seed<k>/metrics.jsonl``, where it has one) and ``accuracy.png`` of a run
+    in ``out_dir`` (``per_seed``: the seeds' metrics)."""
+    title, out_dir = f"GAT {results['attention']} on {results['dataset']}", Path(out_dir)
+    curves = {m["seed"]: out_dir / f"seed{m['seed']}" / "metrics.jsonl" for m in per_seed}
+    histories = {seed: read_metrics(path) for seed, path in curves.items() if path.is_file()}
+    best_epochs = {m["seed"]: m["best_epoch"] for m in per_seed}
+    return [plot_seed_curves(histories, best_epochs, out_dir / "curves.png", title),
             plot_seed_accuracy({"test": results["test_acc"]["per_seed"], "val": results["val_acc"]["per_seed"]},
                                Path(out_dir) / "accuracy.png", title)]

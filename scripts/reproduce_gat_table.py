@@ -117,10 +117,9 @@ def seed_accuracies(run_dir: Path) -> Dict[int, float]:
 def summarize_cell(per_seed: Dict[int, float], softmax: Optional[Dict[int, float]]) -> Dict:
     """Mean, sample std and n of ``per_seed``, and its paired difference to ``softmax`` (if given)."""
     from common.metrics import paired_t  # scipy
-    from graphattn.training import summarize
+    from common.utils.runs import mean_std
 
-    values = list(per_seed.values())
-    out = {**summarize([v / 100 for v in values]), "n": len(values), "per_seed": per_seed}
+    out = {**mean_std(per_seed.values()), "per_seed": per_seed}
     common = sorted(set(per_seed) & set(softmax or {}))
     if len(common) >= 2:
         diff = paired_t([softmax[s] for s in common], [per_seed[s] for s in common])

@@ -2,12 +2,16 @@
 (shared by the mixed-precision tests and the CUDA tests)."""
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
 import torch
 from torch_geometric.data import Data
 
 from common.utils.runtime import Runtime
 from graphattn.config import load_config
-from graphattn.training import evaluate_split, prepare_features, train_seed
+from graphattn.models import build_model, evaluate_split, prepare_features
+from graphattn.training import fit_seed
 
 #: BAM-WC without dropout (its masks would be drawn differently in other dtypes and devices).
 DETERMINISTIC = ["model.dropout=0", "model.value_dropout=0", "kl.weight=0.1", "kl.schedule=constant"]
@@ -38,15 +42,15 @@ def train_probe(device: str = "cpu", precision: str = "fp32", epochs: int = 8, a
                                           "model.hidden_channels=4", "model.heads=2", *extra])
     runtime = Runtime(torch.device(device), precision)
     data = synthetic_graph().to(runtime.device)
-    checkpoint = train_seed(cfg, data, seed=0, progress=False, runtime=runtime)
+    with tempfile.TemporaryDirectory() as out:
+        fit_seed(cfg, data, 0, Path(out), runtime, progress=False)
+        checkpoint = torch.load(Path(out) / "seed0.pt", map_location=runtime.device, weights_only=False)
     return {"losses": [row["train/loss"] for row in checkpoint["history"]],
             "eval": checkpoint["metrics"]["test"]["loss"], "checkpoint": checkpoint, "cfg": cfg, "data": data}
 
 
 def evaluate_probe(checkpoint: dict, cfg, data: Data, device: str = "cpu", precision: str = "fp32") -> float:
     """Test loss of a ``train_probe`` checkpoint evaluated on ``device`` (wherever it was trained)."""
-    from graphattn.training import build_model
-
     runtime = Runtime(torch.device(device), precision)
     model = build_model(cfg, data.num_features, data.num_classes)
     model.load_state_dict(checkpoint["model_state"])

@@ -1,6 +1,7 @@
 """``graphattn.train`` with its output piped: per-seed lines, the summary, Ctrl-C and the resume."""
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -29,22 +30,23 @@ def test_sigint_stops_with_a_resume_hint_and_the_same_command_resumes(attn_data_
     err = []
     for line in proc.stderr:  # piped: plain progress lines, one per epoch here
         err.append(line)
-        if line.startswith("seed 1 epoch 2/"):
+        if line.startswith("seed 1 update 2 of at most 30 "):
             proc.send_signal(signal.SIGINT)
             break
     rest_out, rest_err = proc.communicate(timeout=120)
     err = "".join(err) + rest_err
     assert proc.returncode == 130, err
     assert "\r" not in err and "Traceback" not in err
-    assert "seed 0 epoch 30/30 | 100%" in err
-    assert "interrupted at Cora softmax seeds 1/2, seed 1 epoch" in err
+    assert "seed 0 update 30 of at most 30 | " in err  # an update per epoch on the whole graph
+    assert "interrupted at Cora softmax seeds 1/2, seed 1 update" in err
     assert err.rstrip().endswith("re-run the same command to resume")
-    assert (out / "seed0.pt").is_file() and not (out / "seed1.pt").exists()
+    saved = re.search(r"seed 1: update (\d+) saved to ", err)
+    assert saved and (out / "seed0.pt").is_file() and not (out / "seed1.pt").exists()
 
     done = subprocess.run(command, cwd=tmp_path, env=environment(), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    assert "seed 0: test acc" in done.stderr and "(reused)" in done.stderr
-    assert "seed 1: test acc" in done.stderr
+    assert "seed 0: done before (test acc" in done.stderr  # reused
+    assert f"seed 1: resuming from update {saved[1]} " in done.stderr and "seed 1: done (test acc" in done.stderr
     lines = done.stdout.splitlines()
     assert lines[0].startswith("Cora softmax: test accuracy") and "over 2 seeds" in lines[0]
     assert lines[1] == "files written:"
@@ -92,22 +94,22 @@ def test_evaluate_writes_its_report_and_reliability_diagram_into_the_run_and_exp
 @pytest.mark.realdata
 def test_early_stopping_progress_counts_epochs_to_a_bound_with_the_patience_left(attn_data_root, tmp_path, capsys,
                                                                                   monkeypatch):
-    import re
-
     from graphattn import train
 
     monkeypatch.setenv("ATTN_PROGRESS_SECONDS", "0")
     args = ["--dataset", "Cora", "--data-root", str(attn_data_root), "--out", str(tmp_path / "run"),
             "train.max_epochs=60", "train.patience=3", "train.num_threads=1"]
     assert train.main([*args, "--seeds", "1"]) == 0
-    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("seed 0 epoch ")]
-    pattern = re.compile(r"seed 0 epoch (\d+) of at most (\d+) \| \d\d:\d\d elapsed \| [\d.]+ (s/epoch|epoch/s) \| "
-                         r"val_acc ([\d.]+), best_val_acc ([\d.]+), patience_left (\d)/3$")
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("seed 0 update ")]
+    pattern = re.compile(r"seed 0 update (\d+) of at most (\d+) \| \d\d:\d\d elapsed \| [\d.]+ (s/update|update/s)"
+                         r"( \| val_acc ([\d.]+), best_val_acc ([\d.]+), patience_left (\d)/3)?$")
     matches = [pattern.match(line) for line in lines]
     assert lines and all(matches), lines  # no percentage, no ETA: the end is not known
-    assert [int(m[1]) for m in matches] == list(range(1, len(lines) + 1))
-    assert all(float(m[5]) >= float(m[4]) and 1 <= int(m[6]) <= 3 for m in matches)  # best is of the same metric
-    assert all(int(m[2]) == min(60, int(m[1]) + int(m[6])) for m in matches)  # where patience runs out
+    assert [int(m[1]) for m in matches] == list(range(1, len(lines) + 1))  # an update per epoch
+    # each line shows the evaluations of the epochs before it: none on the first
+    assert matches[0][4] is None and int(matches[0][2]) == 3 and all(m[4] for m in matches[1:])
+    assert all(float(m[6]) >= float(m[5]) and 1 <= int(m[7]) <= 3 for m in matches[1:])  # best is of the same metric
+    assert all(int(m[2]) == min(60, int(m[1]) - 1 + int(m[7])) for m in matches[1:])  # where patience runs out
 
     assert train.main([*args, "--seeds", "2"]) == 0  # seed 0 reused: it gives the seeds bar no ETA
     seeds = [line for line in capsys.readouterr().err.splitlines() if line.startswith("Cora softmax seeds")]

@@ -10,7 +10,7 @@ import torch_geometric.typing
 
 from common import attention
 from common.utils.distributed import DistEnv
-from graphattn import GAT, minibatch, train, training
+from graphattn import GAT, layerwise, minibatch, train, training
 from graphattn.fixtures import demo_graph
 from graphattn.config import load_config
 
@@ -23,31 +23,29 @@ NEEDS_SAMPLER = pytest.mark.skipif(
 def test_global_batches_tile_one_permutation_with_equal_step_counts(world_size):
     """Every process takes as many steps; together they take each global batch once, in the order one process
     takes it; a new epoch is a new order, the same on every process."""
-    shares = [minibatch.GlobalBatches(23, 8, DistEnv(rank=r, world_size=world_size), seed=3) for r in range(world_size)]
-    single = minibatch.GlobalBatches(23, 8, DistEnv(), seed=3)
-    per_rank = [list(s) for s in shares]
-    assert {len(p) for p in per_rank} == {len(shares[0])} == {3}
+    per_rank = [minibatch.global_batches(23, 8, DistEnv(rank=r, world_size=world_size), seed=3, epoch=0)
+                for r in range(world_size)]
+    single = minibatch.global_batches(23, 8, DistEnv(), seed=3, epoch=0)
+    assert {len(p) for p in per_rank} == {3}
     joined = [sum((p[step] for p in per_rank), []) for step in range(3)]
-    assert joined == list(single)
+    assert joined == single
     assert sorted(sum(joined, [])) == list(range(23))
-    single.set_epoch(1)
-    assert list(single) != joined
+    assert minibatch.global_batches(23, 8, DistEnv(), seed=3, epoch=1) != joined
 
 
 def test_a_last_batch_smaller_than_the_world_is_dropped_everywhere():
-    shares = [list(minibatch.GlobalBatches(9, 4, DistEnv(rank=r, world_size=2))) for r in range(2)]
+    shares = [minibatch.global_batches(9, 4, DistEnv(rank=r, world_size=2), seed=0, epoch=0) for r in range(2)]
     assert [len(s) for s in shares] == [2, 2] and sorted(sum(shares[0] + shares[1], [])) != list(range(9))
     with pytest.raises(ValueError, match="at least the number of processes"):
-        minibatch.GlobalBatches(9, 1, DistEnv(rank=0, world_size=2))
+        minibatch.global_batches(9, 1, DistEnv(rank=0, world_size=2), seed=0, epoch=0)
 
 
 @NEEDS_SAMPLER
 def test_each_process_samples_around_its_own_share_of_seeds():
     data = demo_graph()
     seeds = data.train_mask.nonzero().view(-1)
-    per_rank = [[batch.n_id[:batch.batch_size].tolist()
-                 for batch in minibatch.train_loader(data, [3, 3], 40, DistEnv(rank=r, world_size=2), seed=0)]
-                for r in range(2)]
+    ranks = [minibatch.NeighborBatches(data, [3, 3], 40, DistEnv(rank=r, world_size=2), seed=0) for r in range(2)]
+    per_rank = [[batch.n_id[:batch.batch_size].tolist() for batch in share.epoch(0)[:]] for share in ranks]
     assert [len(batch) for batch in per_rank[0]] == [20, 20, 20]  # 120 training nodes: 3 global batches of 40
     assert not set(sum(per_rank[0], [])) & set(sum(per_rank[1], []))
     assert sorted(sum(per_rank[0] + per_rank[1], [])) == seeds.tolist()
@@ -73,7 +71,7 @@ def test_layerwise_inference_equals_the_full_batch_forward(name):
     data = demo_graph()
     model = GAT(16, 5, hidden_channels=4, heads=3, attention=name).eval()
     expected = model(data.x, data.edge_index)
-    out = model.inference(data.x, minibatch.inference_loader(data, batch_size=37))
+    out = model.inference(data.x, layerwise.inference_loader(data, batch_size=37))
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
 
 
@@ -99,7 +97,7 @@ def test_a_batch_of_every_node_has_the_full_batch_loss_and_kl():
     the mini-batch step's BAM KL (each layer's mean over the edges it attends over) is the full-batch step's."""
     data = demo_graph()
     data.train_mask[:] = True
-    batch = next(iter(minibatch.train_loader(data, [-1, -1], data.num_nodes, DistEnv(), seed=0)))
+    (batch,) = minibatch.NeighborBatches(data, [-1, -1], data.num_nodes, DistEnv(), seed=0).epoch(0)[:]
     assert batch.batch_size == data.num_nodes and batch.edge_index.size(1) == data.edge_index.size(1)
     model = GAT(16, 5, hidden_channels=4, heads=3, dropout=0.0, attention="bam-wc").train()
     kls = []

@@ -8,7 +8,8 @@ from graphattn.plots import CURVE_PANELS, plot_seed_curves, seed_curves_figure
 
 
 def history(losses, accs):
-    return [{"step": epoch, "train/loss": loss, "val/acc": acc} for epoch, (loss, acc) in enumerate(zip(losses, accs))]
+    return [{"epoch": epoch, "train/loss": loss, "val/acc": acc}
+            for epoch, (loss, acc) in enumerate(zip(losses, accs), start=1)]
 
 
 def test_several_seeds_are_faint_under_their_mean_and_band_with_the_chosen_epochs_explained(tmp_path):

@@ -76,7 +76,9 @@ def test_short_cora_run_logs_curves_to_jsonl_and_tensorboard(attn_data_root, tmp
     assert train.main(args) == 0
     records = read_metrics(out / "seed0" / "metrics.jsonl")
     keys = {"train/loss", "train/ce", "train/acc", "train/kl", "train/kl_weight", "val/loss", "val/acc"}
-    assert [r["step"] for r in records] == list(range(5)) and all(keys <= set(r) for r in records)
+    # a row per epoch (from 1), at its update: one per epoch on the whole graph
+    assert [r["epoch"] for r in records] == [r["step"] for r in records] == list(range(1, 6))
+    assert all(keys <= set(r) for r in records)
     for r in records:
         assert r["train/loss"] == pytest.approx(r["train/ce"] + 0.1 * r["train/kl"], rel=1e-5)
         assert 0 <= r["train/acc"] <= 1 and 0 <= r["val/acc"] <= 1
@@ -88,7 +90,7 @@ def test_short_cora_run_logs_curves_to_jsonl_and_tensorboard(attn_data_root, tmp
     events.Reload()
     assert keys <= set(events.Tags()["scalars"])
     val_acc = events.Scalars("val/acc")
-    assert [e.step for e in val_acc] == list(range(5))
+    assert [e.step for e in val_acc] == list(range(1, 6))
     assert [e.value for e in val_acc] == pytest.approx([r["val/acc"] for r in records])
 
 
