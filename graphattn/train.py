@@ -56,8 +56,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     acc, out_dir = results["test_acc"], default_out_dir(cfg)
     print(f"{results['dataset']} {results['attention']}: test accuracy {acc['mean']:.2f} +- {acc['std']:.2f} "
           f"over {len(results['seeds'])} seeds, {results['train_seconds']['total']:.1f} s of training")
-    console.files_written([out_dir / "results.json", *results["plots"], *results["checkpoints"],
-                           *(out_dir / f"seed{seed}" for seed in results["seeds"])])
+    seeds = results["seeds"]
+    console.files_written([out_dir / "results.json", *results["plots"], out_dir / "config.json",
+                           *results["checkpoints"], *(out_dir / f"seed{seed}.json" for seed in seeds),
+                           *(out_dir / f"seed{seed}" for seed in seeds)])
     return 0
 
 

@@ -128,6 +128,8 @@ class Progress:
         rate = self.rate()
         if not (rate and self.total):
             return None
+        if self.n >= self.total:  # done: a smoothed finish time may still lie ahead of now
+            return 0.0
         if self.smooth_eta:
             return max(self._finish / self._evidence - self._step_end, 0.0)
         return max(self.total - self.n, 0) / rate

@@ -126,6 +126,12 @@ def test_a_smoothed_eta_moves_by_the_evidence_of_each_uneven_seed(monkeypatch, c
                                                          "ETA 21:26", "ETA 18:14"]
     clock.now += 100  # read in the middle of a step: neither ETA moves
     assert [bar.line().split(" | ")[-1] for bar in (plain, smooth)] == ["ETA 21:26", "ETA 18:14"]
+    for seconds in (30, 20, 20, 20, 20, 20, 20):  # fast last seeds: the smoothed finish still lies ahead
+        clock.now += seconds
+        plain.update()
+        smooth.update()
+    assert smooth._finish / smooth._evidence > clock.now  # ... but a finished loop has nothing left
+    assert [bar.line().split(" | ")[-1] for bar in (plain, smooth)] == ["ETA 00:00", "ETA 00:00"]
     for bar in (plain, smooth):
         bar.close()
 

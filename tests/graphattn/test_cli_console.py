@@ -51,7 +51,9 @@ def test_sigint_stops_with_a_resume_hint_and_the_same_command_resumes(attn_data_
     assert lines[0].startswith("Cora softmax: test accuracy") and "over 2 seeds" in lines[0]
     assert lines[1] == "files written:"
     assert {Path(line.strip()).name for line in lines[2:]} == {
-        "results.json", "curves.png", "accuracy.png", "seed0.pt", "seed1.pt", "seed0", "seed1"}
+        "results.json", "curves.png", "accuracy.png", "config.json", "seed0.pt", "seed1.pt", "seed0.json",
+        "seed1.json", "seed0", "seed1"}
+    assert {path.name for path in out.iterdir()} == {Path(line.strip()).name for line in lines[2:]}  # all of them
     results = json.loads((out / "results.json").read_text())
     first = results["train_seconds"]["per_seed"][0]
     assert first > 0 and results["train_seconds"]["total"] >= first  # seed 0 keeps its original time

@@ -58,6 +58,8 @@ def test_train_then_evaluate_reproduces_the_test_accuracy(tiny_treebank, tmp_pat
     (seed,) = results["per_seed"]
     assert results["treebank"] == "UD_Toy-Tiny" and results["label"] == "SAN+P+R" and seed["epochs"] == 2
     assert done.stdout.startswith(f"UD_Toy-Tiny SAN+P+R: test accuracy {seed['test']['all']:.2f} +- 0.00 (OOV ")
+    listed = done.stdout.split("files written:\n", 1)[1].split()
+    assert sorted(Path(name).name for name in listed) == sorted(path.name for path in out.iterdir())  # every file
 
     done = cli("tagging.evaluate", str(out), "--threads", "1")
     assert done.returncode == 0, done.stderr
