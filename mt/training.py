@@ -105,7 +105,7 @@ class TranslationTask(Task):
         self.kl = attention.KLSchedule.from_config(cfg.kl)
         if o.clip_norm > 0:
             self.clip = lambda: torch.nn.utils.clip_grad_norm_(self.model.parameters(), o.clip_norm)
-        self.current, self.logged_seconds = 0, 0.0  # the update in progress (1-based); the seconds at the last log
+        self.logged_seconds = 0.0  # the training seconds at the last log
 
     def updates(self, epoch: int) -> List[Tuple[List[List[int]], List[int]]]:
         """The rounds of ``epoch``: this process's token batches of each (``batching.update_freq`` of the round's
@@ -121,8 +121,7 @@ class TranslationTask(Task):
 
     def before_update(self, state: TrainState) -> None:
         """Set the learning rate of the coming update."""
-        self.current = state.step + 1
-        self.schedule.before_update(self.current)
+        self.schedule.before_update(state.step + 1)
 
     def train_step(self, update: Tuple[List[List[int]], List[int]], state: TrainState) -> Dict[str, torch.Tensor]:
         """Gradients accumulated over this process's batches of the round (DDP synchronises on the last one only);
@@ -130,7 +129,7 @@ class TranslationTask(Task):
         and no pair counts twice. The sums of CE, KL and target tokens, to log per token."""
         runtime, env = self.runtime, self.env
         mine, fallback = update
-        kl_weight = self.kl(self.current)
+        kl_weight = self.kl(state.step + 1)
         batches = [self.collate(indices) for indices in mine]
         tokens = sum(int(batch.tgt_out.ne(self.tgt_pad).sum()) for batch in batches)
         total = int(all_reduce_sum(torch.tensor(tokens, device=runtime.device), env)) if env.distributed else tokens
@@ -205,18 +204,10 @@ class TranslationTask(Task):
 def train(cfg: DictConfig, out_dir: Path, data_root: Path, runtime: Runtime) -> Optional[dict]:
     """Train (resuming from the newest checkpoint) until ``max_steps``, ``max_epochs``, ``max_minutes`` or the
     patience runs out, the last update validated; then score it (:func:`~mt.results.finish`): the record on the
-    main process, None on the others. A second Ctrl-C, which stops inside an update, says where the rerun resumes."""
+    main process, None on the others."""
     t = cfg.train
     task = TranslationTask(cfg, out_dir, data_root, runtime)
     plan = Plan(max_epochs=t.max_epochs, max_updates=t.max_steps, max_minutes=t.max_minutes, patience=t.patience,
                 eval_every=t.eval_every, checkpoint_epochs=False, log_every=t.log_every, keep=t.keep_checkpoints)
-    engine = Engine(runtime, out_dir, plan, progress=t.progress, label=run_title(cfg))
-    try:
-        state = engine.fit(task)
-    except console.InterruptedMidway:
-        if runtime.env.is_main:
-            saved = engine.checkpointer.paths()
-            console.say(f"stopped inside update {task.current}: the rerun resumes from update "
-                        f"{saved[-1].stem.removeprefix('step_') if saved else 0}")
-        raise
+    state = Engine(runtime, out_dir, plan, progress=t.progress, label=run_title(cfg)).fit(task)
     return finish(cfg, out_dir, task.prepared, state, runtime) if runtime.env.is_main else None

@@ -167,6 +167,7 @@ class Engine:
         self.state = TrainState()
         self._saved: Optional[int] = None  # the step of the newest checkpoint
         self._interrupted: Optional[Path] = None  # a checkpoint written on Ctrl-C, removed by the next one
+        self._current = 0  # the update in progress (1-based)
 
     # ------------------------------------------------------------------ resume ---
     def restore(self, task: Task) -> TrainState:
@@ -223,9 +224,13 @@ class Engine:
             with bar:
                 while not s.done:
                     tick = self._epoch(task, bar, tick)
-        except KeyboardInterrupt as interrupt:
+        except console.InterruptedMidway:  # a second Ctrl-C: the update in progress is lost
+            if self.env.is_main:
+                console.say(f"stopped inside update {self._current}: the rerun resumes from update {self._saved or 0}")
+            raise
+        except KeyboardInterrupt:
             s.train_seconds += time.perf_counter() - tick
-            if not isinstance(interrupt, console.InterruptedMidway) and s.step not in (0, self._saved):
+            if s.step not in (0, self._saved):
                 path = self.save(task, interrupted=True)
                 if path is not None:
                     console.say(f"{self.label}: update {s.step} saved to {path}")
@@ -257,7 +262,8 @@ class Engine:
         for update in updates[s.batch:]:
             if s.done or s.step >= (p.max_updates or math.inf):
                 break
-            with console.finish_first(f"update {s.step + 1}"):
+            self._current = s.step + 1  # the update in progress, also once the block has counted it
+            with console.finish_first(f"update {self._current}"):
                 self._update(task, update)
                 if p.log_every and s.step % p.log_every == 0:
                     s.train_seconds += time.perf_counter() - tick

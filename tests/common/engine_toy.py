@@ -21,7 +21,7 @@ EXAMPLES, BATCH, DIM = 40, 8, 4
 
 
 class ToyTask(Task):
-    def __init__(self, seed, runtime, dropout=0.2, interrupt_at=None, batch=BATCH):
+    def __init__(self, seed, runtime, dropout=0.2, interrupt_at=None, batch=BATCH, ctrl_c=1):
         seed_everything(seed)
         data = torch.Generator().manual_seed(123)
         self.x = torch.randn(EXAMPLES, DIM, generator=data)
@@ -32,14 +32,14 @@ class ToyTask(Task):
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.05, momentum=0.9)
         self.scheduler = torch.optim.lr_scheduler.StepLR(self.optimizer, 4, 0.8)
         self.clip = lambda: nn.utils.clip_grad_norm_(self.model.parameters(), 5.0)
-        self.interrupt_at, self.best_weights, self.counter = interrupt_at, None, 0
+        self.interrupt_at, self.ctrl_c, self.best_weights, self.counter = interrupt_at, ctrl_c, None, 0
 
     def updates(self, epoch):
         order = torch.randperm(EXAMPLES, generator=torch.Generator().manual_seed(self.seed * 1000 + epoch)).tolist()
         return [order[i:i + self.batch] for i in range(0, EXAMPLES - self.batch + 1, self.batch)]
 
     def train_step(self, update, state):
-        if state.step + 1 == self.interrupt_at:
+        for _ in range(self.ctrl_c if state.step + 1 == self.interrupt_at else 0):
             os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C inside the update: the engine lets it end, then saves
         mine = torch.tensor_split(torch.tensor(update), self.env.world_size)[self.env.rank]
         loss = F.mse_loss(self.forward(self.x[mine]).squeeze(-1), self.y[mine])

@@ -90,6 +90,13 @@ def test_ctrl_c_exits_130_with_the_hint(tmp_path, capsys):
     assert "update 2 saved to" in err and "re-run the same command to resume" in err
 
 
+def test_a_second_ctrl_c_stops_inside_the_update_and_says_where_the_rerun_resumes(tmp_path, capsys):
+    with pytest.raises(console.InterruptedMidway):
+        fit(tmp_path, CPU, PLAN, interrupt_at=5, ctrl_c=2)  # update 3 was checkpointed (checkpoint_every=3)
+    assert "stopped inside update 5: the rerun resumes from update 3" in capsys.readouterr().err
+    assert [path.name for path in Checkpointer(tmp_path).paths()] == ["step_3.pt"]  # no half update saved
+
+
 def test_an_epoch_without_an_update_is_refused(tmp_path):
     with pytest.raises(ValueError, match="an epoch would make no update: .*lower the batch size"):
         fit(tmp_path, CPU, PLAN, batch=EXAMPLES + 1)
