@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from omegaconf import DictConfig
 
 from common import attention
-from common.training import Engine, Plan, Task, TrainState, train_seeds
+from common.training import Engine, Plan, Task, TrainState, seed_seconds, train_seeds
 from common.utils import Checkpointer, atomic_save, atomic_write_json, results_record, seed_everything
 from common.utils.distributed import barrier, cleanup, wrap_model
 from common.utils.runs import mean_std
@@ -206,12 +206,11 @@ def run(cfg: DictConfig, progress: bool = True, data: Optional[Data] = None) -> 
     from .plots import plot_run
 
     accuracy = {split: [100 * m[split]["acc"] for m in per_seed] for split in ("test", "val")}
-    train_seconds = [m["train_seconds"] for m in per_seed]  # each seed's own, kept from the run that trained it
     results = results_record(
         to_dict(cfg), dataset=cfg.dataset, attention=cfg.attention.name, seeds=seeds,
         **{f"{split}_acc": {**mean_std(values), "per_seed": values} for split, values in accuracy.items()},
         epochs=[m["epochs"] for m in per_seed], runtime=runtime.describe(),
-        train_seconds={"per_seed": train_seconds, "total": sum(train_seconds)},
+        train_seconds=seed_seconds(per_seed),
         wall_seconds_this_run=time.perf_counter() - start, checkpoints=[str(out_dir / f"seed{s}.pt") for s in seeds])
     results["plots"] = [str(path) for path in plot_run(out_dir, results, per_seed)]
     atomic_write_json(out_dir / "results.json", results)

@@ -35,7 +35,7 @@ from omegaconf import DictConfig
 
 from common import attention
 from common.text.batching import bucketed_order, length_sorted_batches
-from common.training import Engine, Plan, Task, TrainState, seed_summary, train_seeds
+from common.training import Engine, Plan, Task, TrainState, seed_seconds, seed_summary, train_seeds
 from common.utils import atomic_write_json, console, default_data_root, results_record, seed_everything
 from common.utils.config import to_dict
 from common.utils.runtime import DeviceError, Runtime
@@ -235,8 +235,7 @@ def run(cfg: DictConfig, progress: bool = True) -> dict:
                             preset=cfg.preset, preset_deviations=differs, label=label,
                             main_metric=data.spec.main_metric, seeds=seeds,
                             examples={"train": len(data.train), "dev": len(data.dev)}, runtime=runtime.describe(),
-                            **summary, train_seconds={"per_seed": [r["train_seconds"] for r in per_seed],
-                                                      "total": sum(r["train_seconds"] for r in per_seed)},
+                            **summary, train_seconds=seed_seconds(per_seed),
                             per_seed=per_seed)
     atomic_write_json(out_dir / "results.json", record)
     return record

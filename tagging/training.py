@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from omegaconf import DictConfig
 
 from common import attention
-from common.training import Engine, Plan, Task, TrainState, seed_summary, train_seeds
+from common.training import Engine, Plan, Task, TrainState, seed_seconds, seed_summary, train_seeds
 from common.utils import atomic_save, atomic_write_json, console, default_data_root, results_record, seed_everything
 from common.utils.config import to_dict
 from common.utils.runs import mean_std
@@ -201,8 +201,7 @@ def run(cfg: DictConfig, progress: bool = True) -> dict:
                             runtime=runtime.describe(), **seed_summary(per_seed, ("dev", "test")),
                             dev_acc_after_1_epoch=mean_std([r["dev_acc_after_1_epoch"] for r in per_seed]),
                             updates_to_99pct=mean_std([r["updates_to_99pct"] for r in per_seed]),
-                            train_seconds={"per_seed": [r["train_seconds"] for r in per_seed],
-                                           "total": sum(r["train_seconds"] for r in per_seed)},
+                            train_seconds=seed_seconds(per_seed),
                             per_seed=per_seed)
     from .plots import plot_curves
 

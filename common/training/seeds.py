@@ -45,3 +45,9 @@ def seed_summary(per_seed: List[Mapping], keys: Iterable[str]) -> Dict[str, Dict
     seed's record (``dev``, ``test``, ...)."""
     return {key: {metric: mean_std([record[key][metric] for record in per_seed]) for metric in per_seed[0][key]}
             for key in keys if isinstance(per_seed[0].get(key), Mapping)}
+
+
+def seed_seconds(per_seed: List[Mapping]) -> Dict[str, object]:
+    """``{"per_seed": [...], "total": ...}``: each seed's training seconds (kept from the run that trained it)."""
+    seconds = [record["train_seconds"] for record in per_seed]
+    return {"per_seed": seconds, "total": sum(seconds)}
