@@ -21,7 +21,7 @@ from common.lazy import lazy_exports
 
 #: Public names and their submodules, imported on first use (``python -m graphattn.train --help``
 #: answers before torch_geometric is loaded).
-_EXPORTS = {"GAT": "models", "GATConv": "conv", "sparse_linear": "conv", "Dropout": "dropout",
+_EXPORTS = {"GAT": "models", "GATConv": "conv", "sparse_linear": "sparse_features", "Dropout": "dropout",
             "SparseDropout": "dropout"}
 __all__ = list(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
