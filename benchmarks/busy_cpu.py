@@ -16,6 +16,7 @@ Writes ``results/busy_cpu.json``. Needs the real data (``--data-root`` or ``$ATT
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing
 import os
 import statistics
@@ -24,7 +25,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional, Tuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -47,28 +48,34 @@ def spin() -> None:
         pass
 
 
-def run_once(command: List[str], env: Dict[str, str], data_root: str) -> float:
-    """Wall seconds of one run of ``python -m command`` into a fresh directory (a failed run raises)."""
+def run_once(command: List[str], env: Dict[str, str], data_root: str, cwd: Optional[str] = None
+             ) -> Tuple[float, Optional[float]]:
+    """Wall seconds of one run of ``python -m command`` (from checkout ``cwd``) into a fresh directory, and its
+    seeds' training seconds (``train_seconds.total`` of ``results.json``; None where it has none; a failed run
+    raises)."""
     with tempfile.TemporaryDirectory() as out:
         argv = [sys.executable, "-m", *(arg.replace("{out}", str(Path(out) / "run")) for arg in command),
                 "--no-progress"]
         if data_root:
             argv += ["--data-root", data_root]
         start = time.perf_counter()
-        subprocess.run(argv, check=True, capture_output=True, env={**os.environ, **env})
-        return time.perf_counter() - start
+        subprocess.run(argv, check=True, capture_output=True, env={**os.environ, **env}, cwd=cwd)
+        wall = time.perf_counter() - start
+        results = Path(out) / "run" / "results.json"
+        seconds = json.loads(results.read_text()).get("train_seconds") if results.exists() else None
+        return wall, seconds.get("total") if isinstance(seconds, dict) else None
 
 
 def measure(command: List[str], env: Dict[str, str], load: int, repeats: int, data_root: str) -> dict:
     """Idle and busy wall times of ``command``, alternated ``repeats`` times; their medians and ratio."""
     idle, busy = [], []
     for _ in range(repeats):
-        idle.append(run_once(command, env, data_root))
+        idle.append(run_once(command, env, data_root)[0])
         spinners = [multiprocessing.Process(target=spin, daemon=True) for _ in range(load)]
         for process in spinners:
             process.start()
         try:
-            busy.append(run_once(command, env, data_root))
+            busy.append(run_once(command, env, data_root)[0])
         finally:
             for process in spinners:
                 process.terminate()
