@@ -25,7 +25,7 @@ from omegaconf import DictConfig
 
 from common import attention
 from common.training import Engine, Plan, Task, TrainState, seed_seconds, train_seeds
-from common.utils import Checkpointer, atomic_save, atomic_write_json, results_record, seed_everything
+from common.utils import atomic_save, atomic_write_json, results_record, seed_everything
 from common.utils.distributed import barrier, cleanup, wrap_model
 from common.utils.runs import mean_std
 from common.utils.runtime import DeviceError, Runtime
@@ -154,9 +154,6 @@ def fit_seed(cfg: DictConfig, data: Data, seed: int, out_dir: Path, runtime: Run
     """Train ``seed`` under ``<out_dir>/seed<k>`` (resuming where Ctrl-C stopped it) and write ``seed<k>.pt``
     (the snapshot's weights, the config, the metrics and the per-epoch history); the metrics."""
     run_dir = Path(out_dir) / f"seed{seed}"
-    if runtime.env.is_main and not Checkpointer(run_dir).paths():  # the curves of an attempt killed early
-        for file in [run_dir / "metrics.jsonl", *run_dir.glob("events.out.tfevents.*")]:
-            file.unlink(missing_ok=True)
     task = GATTask(cfg, data, seed, runtime)
     plan = Plan(max_epochs=cfg.train.max_epochs, patience=cfg.train.patience, checkpoint_epochs=False,
                 checkpoint_evals=False)

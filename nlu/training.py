@@ -187,8 +187,7 @@ class GlueTask(Task):
 
     def record(self, state: TrainState) -> dict:
         """The last evaluation's dev scores (and the MC-averaged ones for a stochastic normalizer)."""
-        stochastic = any(getattr(m, "stochastic", False) for m in self.model.modules())
-        mc = self.cfg.train.mc_samples if stochastic else 0
+        mc = self.cfg.train.mc_samples if attention.is_stochastic(self.cfg.attention.name) else 0
         curve = [{"epoch": row["epoch"], "step": row["step"], "loss": row["loss"],
                   "dev": {key[4:]: value for key, value in row.items() if key.startswith("dev/")}}
                  for row in state.history]

@@ -159,8 +159,7 @@ class TaggingTask(Task):
         """Dev and test accuracies of the best epoch's weights, and the learning-speed numbers."""
         best = torch.load(self.dir / "best.pt", map_location=self.runtime.device, weights_only=False)
         self.model.load_state_dict(best["model"])
-        stochastic = any(getattr(m, "stochastic", False) for m in self.model.modules())
-        mc = self.cfg.train.mc_samples if stochastic else 0
+        mc = self.cfg.train.mc_samples if attention.is_stochastic(self.cfg.attention.name) else 0
         ends = [{"step": row["step"], "epoch": row["epoch"], "dev_acc": row["dev_acc"], "epoch_end": True}
                 for row in state.history]
         curve = sorted(self.curve + ends, key=lambda point: point["step"])

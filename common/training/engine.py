@@ -104,6 +104,10 @@ class Task:
         as tensors (summed on the device over a window; :meth:`window_values` turns sums into what is logged)."""
         raise NotImplementedError
 
+    def initial_values(self) -> Optional[Dict[str, float]]:
+        """Values to log at update 0 of a fresh run (e.g. learnt attention spans before training), or None."""
+        return None
+
     def before_update(self, state: TrainState) -> None:
         """Called before each update (e.g. a learning rate set per update)."""
 
@@ -213,17 +217,23 @@ class Engine:
         """Train to the end of the plan (resuming from the newest checkpoint); the final state."""
         self._window, self._epoch_sums = _Sums(task.sum_dtype), _Sums(task.sum_dtype)
         s = self.restore(task)
-        self.per_epoch = check_updates(len(task.updates(s.epoch)), *task.empty_epoch)
+        updates = task.updates(s.epoch)
+        self.per_epoch = check_updates(len(updates), *task.empty_epoch)
         bar = console.progress(desc=self.desc, enabled=self.progress, initial=s.step, unit="update",
                                total=None if self.plan.patience else self._last_update(),
                                bound=self._last_update())
-        self.logger = MetricsLogger(self.dir, enabled=self.env.is_main)
+        # a killed attempt may have logged past its checkpoint: those records go (at a fresh start, all)
+        self.logger = MetricsLogger(self.dir, enabled=self.env.is_main, resume=s.step)
+        initial = task.initial_values() if s.step == 0 else None
+        if initial:
+            self.logger.log(0, **initial)
         self._epoch_keys: set = set()
         tick = time.perf_counter()
         try:
             with bar:
                 while not s.done:
-                    tick = self._epoch(task, bar, tick)
+                    tick = self._epoch(task, updates, bar, tick)
+                    updates = task.updates(s.epoch) if not s.done else updates
         except console.InterruptedMidway:  # a second Ctrl-C: the update in progress is lost
             if self.env.is_main:
                 console.say(f"stopped inside update {self._current}: the rerun resumes from update {self._saved or 0}")
@@ -256,9 +266,9 @@ class Engine:
             ends.append(s.step - s.step % per_eval + (p.patience - s.bad) * per_eval)  # from the last evaluation
         return int(min(ends))
 
-    def _epoch(self, task: Task, bar, tick: float) -> float:
+    def _epoch(self, task: Task, updates: Sequence[Any], bar, tick: float) -> float:
+        """The rest of the current epoch's ``updates``, then its end (means, evaluation, checkpoint)."""
         p, s = self.plan, self.state
-        updates = task.updates(s.epoch)
         for update in updates[s.batch:]:
             if s.done or s.step >= (p.max_updates or math.inf):
                 break

@@ -5,7 +5,9 @@
 
 ``tensorboard --logdir runs`` shows the curves; ``metrics.jsonl`` (one JSON object per line,
 ``{"step": 3, "loss": 0.7, ...}``) is for scripts and plots. Lines are flushed as written,
-so a killed run keeps everything logged so far; a resumed run appends.
+so a killed run keeps everything logged so far. A run that resumes from a checkpoint passes its step
+(``resume=``): what a killed attempt logged after it goes, from the file and from TensorBoard's view, so
+that every step is recorded once; ``resume=0`` (a fresh start) drops every record of an earlier attempt.
 """
 from __future__ import annotations
 
@@ -16,11 +18,15 @@ from typing import Optional, Union
 
 import torch
 
+from .io import atomic_write_text
+
 
 class MetricsLogger:
     """Append scalars to ``<run_dir>/metrics.jsonl`` and, unless disabled, TensorBoard."""
 
-    def __init__(self, run_dir: Union[str, Path], tensorboard: bool = True, enabled: bool = True):
+    def __init__(self, run_dir: Union[str, Path], tensorboard: bool = True, enabled: bool = True,
+                 resume: Optional[int] = None):
+        """``resume``: None appends; a step keeps only the records up to it (0: none), see the module docstring."""
         self.run_dir = Path(run_dir)
         self.enabled = enabled  # False on non-main processes of a distributed run
         self.path = self.run_dir / "metrics.jsonl"
@@ -29,6 +35,8 @@ class MetricsLogger:
         if not enabled:
             return
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        if resume is not None:
+            self._drop_after(resume)
         self._file = open(self.path, "a", encoding="utf-8")
         if tensorboard:
             try:
@@ -38,7 +46,19 @@ class MetricsLogger:
                     "TensorBoard logging needs the `tensorboard` package: `pip install tensorboard`, "
                     "or pass tensorboard=False"
                 ) from err
-            self._writer = SummaryWriter(str(self.run_dir))
+            # TensorBoard hides the events at steps from purge_step on that earlier files hold
+            self._writer = SummaryWriter(str(self.run_dir), purge_step=None if resume is None else resume + 1)
+
+    def _drop_after(self, step: int) -> None:
+        """Keep the records up to ``step`` (none when it is 0); at a fresh start, also the old event files."""
+        if step == 0:
+            for events in self.run_dir.glob("events.out.tfevents.*"):
+                events.unlink()
+        if self.path.is_file():
+            lines = [line for line in self.path.read_text(encoding="utf-8").splitlines() if line.strip()]
+            kept = [line for line in lines if step and json.loads(line)["step"] <= step]
+            if len(kept) < len(lines):
+                atomic_write_text(self.path, "".join(line + "\n" for line in kept))
 
     def log(self, step: int, **scalars: Union[float, torch.Tensor]) -> None:
         """Record ``scalars`` at ``step``; tensors are converted with ``.item()``."""

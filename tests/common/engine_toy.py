@@ -46,6 +46,9 @@ class ToyTask(Task):
         self.runtime.backward(loss)
         return {"train/loss": loss}
 
+    def initial_values(self):
+        return {"init/weight_norm": float(self.model[0].weight.detach().norm())}
+
     def after_update(self, state):
         self.counter += 1
 

@@ -57,6 +57,41 @@ def test_ctrl_c_then_rerun_follows_the_uninterrupted_run_exactly(tmp_path, inter
     assert losses(tmp_path / "cut")[-3:] == losses(tmp_path / "whole")[-3:]
 
 
+def _records(run_dir):
+    """metrics.jsonl without the (timing) training seconds."""
+    return [{k: v for k, v in row.items() if k != "train_seconds"} for row in read_metrics(run_dir / "metrics.jsonl")]
+
+
+def _tensorboard_steps(run_dir, tag):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run_dir), purge_orphaned_data=True)
+    events.Reload()
+    return [(event.step, round(event.value, 5)) for event in events.Scalars(tag)]
+
+
+def test_every_step_is_logged_once_after_a_killed_attempt_in_the_file_and_in_tensorboard(tmp_path):
+    from torch.utils.tensorboard import SummaryWriter
+
+    fit(tmp_path / "whole", CPU, PLAN)
+    with pytest.raises(KeyboardInterrupt):
+        fit(tmp_path / "cut", CPU, PLAN, interrupt_at=7)
+    with open(tmp_path / "cut" / "metrics.jsonl", "a") as f:  # a killed attempt logged past its checkpoint
+        f.write(json.dumps({"step": 8, "train/loss": 123.0}) + "\n")
+    with SummaryWriter(str(tmp_path / "cut")) as writer:
+        writer.add_scalar("train/loss", 123.0, 8)
+    fit(tmp_path / "cut", CPU, PLAN)
+    whole = _records(tmp_path / "whole")
+    assert _records(tmp_path / "cut") == whole and whole[0] == {"step": 0, "init/weight_norm": whole[0]["init/weight_norm"]}
+    assert _tensorboard_steps(tmp_path / "cut", "train/loss") == _tensorboard_steps(tmp_path / "whole", "train/loss")
+    # killed before its first checkpoint: the rerun starts afresh and keeps none of its records
+    (tmp_path / "fresh").mkdir()
+    (tmp_path / "fresh" / "metrics.jsonl").write_text(json.dumps({"step": 0, "init/weight_norm": 9.0}) + "\n"
+                                                      + json.dumps({"step": 2, "train/loss": 123.0}) + "\n")
+    fit(tmp_path / "fresh", CPU, PLAN)
+    assert _records(tmp_path / "fresh") == whole
+
+
 def test_ctrl_c_in_the_last_update_of_the_budget_resumes_to_the_end(tmp_path, capsys):
     plan = Plan(max_epochs=10, max_updates=7, eval_every=3)
     whole, whole_state = fit(tmp_path / "whole", CPU, plan)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 from omegaconf import DictConfig
 
-from common.utils import MetricsLogger, atomic_write_json
+from common.utils import atomic_write_json
 from common.utils.config import to_dict
 from vqa.answers import AnswerVocab
 from vqa.data import VQADataError, VQADataset, data_path, load_split
@@ -111,17 +111,13 @@ def prepare_model(cfg: DictConfig, out_dir: Path, answers: AnswerVocab, resuming
 
 
 def write_run_files(out_dir: Path, config: Dict, model, answers: AnswerVocab, report: Optional[LoadReport]) -> None:
-    """A fresh run's ``config.json``, ``lxmert_config.json``, ``answers.json``, ``pretrained.json`` (when the
-    weights are pretrained) and the head values before the first update (step 0 of ``metrics.jsonl``)."""
-    from .model import head_parameters
-
+    """A fresh run's ``config.json``, ``lxmert_config.json``, ``answers.json`` and ``pretrained.json`` (when the
+    weights are pretrained)."""
     atomic_write_json(out_dir / "config.json", config)
     atomic_write_json(out_dir / "lxmert_config.json", model.config.to_dict())
     answers.save(out_dir / "answers.json")
     if report is not None:
         atomic_write_json(out_dir / "pretrained.json", asdict(report))
-    with MetricsLogger(out_dir) as logger:
-        logger.log(0, **head_parameters(model))
 
 
 def pretrained_summary(path: Path) -> Optional[Dict]:

@@ -32,8 +32,7 @@ from torch.utils.data import DataLoader
 
 from common import attention
 from common.training import Engine, EpochBatches, Plan, Task, TrainState
-from common.utils import (Checkpointer, atomic_write_json, atomic_write_text, console, environment, results_record,
-                          seed_everything)
+from common.utils import Checkpointer, atomic_write_json, console, environment, results_record, seed_everything
 from common.utils.config import check_resumable, to_dict
 from common.utils.runtime import Runtime
 from common.utils.updates import full_batches
@@ -115,6 +114,10 @@ class LxmertTask(Task):
         return {"train/loss": loss.detach(), "train/bce": self.last_bce, "train/span_penalty": span_penalty.detach(),
                 "train/kl": kl.detach()}
 
+    def initial_values(self) -> Dict[str, float]:
+        """The head values (spans, alphas) before the first update: step 0 of their curves."""
+        return head_parameters(self.model)
+
     def after_update(self, state: TrainState) -> Optional[Dict[str, float]]:
         """Spans clamped to ``[0, 1]``; every ``train.log_every`` updates the KL weight, the learning rate and the
         head values, which are also logged at every epoch's end and at the last update."""
@@ -156,9 +159,6 @@ def run(cfg: DictConfig, progress: bool = True) -> Dict:
     if checkpoints:
         check_resumable(json.loads((out_dir / "config.json").read_text()), config, RESUMABLE_KEYS, out_dir)
     task = LxmertTask(cfg, out_dir, runtime, bool(checkpoints), progress)
-    # a killed attempt may have logged past its checkpoint: its records go (at a fresh start, all of them)
-    resumed = int(checkpoints[-1].stem.removeprefix("step_")) if checkpoints else 0
-    _drop_metrics_after(out_dir / "metrics.jsonl", resumed)
     if not checkpoints:
         write_run_files(out_dir, config, task.model, task.answers, task.report)
     start = time.perf_counter()
@@ -183,13 +183,3 @@ def run(cfg: DictConfig, progress: bool = True) -> Dict:
     results["environment"]["packages"].update(environment(PACKAGES)["packages"])
     atomic_write_json(out_dir / "results.json", results)
     return results
-
-
-def _drop_metrics_after(path: Path, step: int) -> None:
-    """Keep the ``metrics.jsonl`` records up to ``step``, the resumed checkpoint's (at a fresh start: none)."""
-    if not path.is_file():
-        return
-    records = [line for line in path.read_text().splitlines() if line.strip()]
-    kept = [line for line in records if step and json.loads(line)["step"] <= step]
-    atomic_write_text(path, "".join(line + "\n" for line in kept))
-
