@@ -30,7 +30,7 @@ from tagging.config import load_config  # noqa: E402
 from common.text.batching import bucketed_order  # noqa: E402
 from tagging.data import batches, load_treebank  # noqa: E402
 from tagging.model import Tagger  # noqa: E402
-from tagging.training import build_model  # noqa: E402
+from tagging.predict import build_model  # noqa: E402
 
 
 class ReferenceTagger(nn.Module):

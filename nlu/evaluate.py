@@ -90,7 +90,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from .model import encode, load_classifier, load_tokenizer
     from .pretrained import resolve_model
     from .tasks import get_task
-    from .training import RUN_ERRORS, predict
+    from .predict import predict
+    from .training import RUN_ERRORS
 
     try:
         cfg = OmegaConf.create(json.loads(config.read_text(encoding="utf-8")))

@@ -24,17 +24,15 @@ batches, same RNG state).
 from __future__ import annotations
 
 import math
-from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional
 
-import numpy as np
 import torch
 from omegaconf import DictConfig
 
 from common import attention
-from common.text.batching import bucketed_order, length_sorted_batches
+from common.text.batching import bucketed_order
 from common.training import Engine, Plan, Task, TrainState, seed_seconds, seed_summary, train_seeds
 from common.utils import atomic_write_json, console, default_data_root, results_record, seed_everything
 from common.utils.config import to_dict
@@ -42,8 +40,8 @@ from common.utils.runtime import DeviceError, Runtime
 
 from .config import deviations
 from .data import GlueFormatError, read_split
-from .metrics import compute_metrics
 from .model import Encoded, collate, encode, load_classifier, load_tokenizer, parameter_groups, task_loss
+from .predict import evaluate
 from .pretrained import PretrainedError, resolve_model
 from .tasks import TaskSpec, get_task
 
@@ -83,31 +81,6 @@ class GlueData:
         tokenizer = load_tokenizer(model_dir)
         train, dev = (encode(tokenizer, split, cfg.data.max_length) for split in splits)
         return cls(spec, tokenizer, train, dev)
-
-
-@torch.no_grad()
-def predict(model, tokenizer, spec: TaskSpec, encoded: Encoded, runtime: Runtime, batch_size: int,
-            mc_samples: int = 0) -> np.ndarray:
-    """Predicted class ids (STS-B: scores) of every example of ``encoded``, in order: the eval-mode forward,
-    or the mean of ``mc_samples`` sampled passes (probabilities; STS-B: scores)."""
-    model.eval()
-    out = np.empty(len(encoded), dtype=np.float64 if spec.regression else np.int64)
-    with attention.mc_sampling(model) if mc_samples else nullcontext(), runtime.autocast():
-        for indices in length_sorted_batches(encoded.lengths, batch_size):
-            batch = runtime.to_device(collate(tokenizer, encoded, indices, spec.regression))
-            batch.pop("labels", None)
-            passes = [model(**batch).logits.float() for _ in range(max(mc_samples, 1))]
-            if spec.regression:
-                out[indices] = torch.stack(passes).mean(0).squeeze(-1).cpu().numpy()
-            else:
-                out[indices] = torch.stack([p.softmax(-1) for p in passes]).mean(0).argmax(-1).cpu().numpy()
-    return out
-
-
-def evaluate(model, data: GlueData, runtime: Runtime, batch_size: int, mc_samples: int = 0) -> Dict[str, float]:
-    """The task's official dev metrics, in percent."""
-    predictions = predict(model, data.tokenizer, data.spec, data.dev, runtime, batch_size, mc_samples)
-    return {name: 100 * value for name, value in compute_metrics(data.spec, predictions, data.dev.labels).items()}
 
 
 def attention_dropout(options: DictConfig) -> Optional[float]:

@@ -68,7 +68,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     from .data import Vocabulary, encode, read_conllu, split_files, treebank_dir
     from .metrics import GROUPS
-    from .training import RUN_ERRORS, build_model, evaluate
+    from .predict import build_model, evaluate
+    from .training import RUN_ERRORS
 
     try:
         runtime = runtime_from(args)

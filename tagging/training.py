@@ -26,18 +26,16 @@ import torch.nn.functional as F
 from omegaconf import DictConfig
 
 from common import attention
+from common.text.batching import bucketed_order
 from common.training import Engine, Plan, Task, TrainState, seed_seconds, seed_summary, train_seeds
 from common.utils import atomic_save, atomic_write_json, console, default_data_root, results_record, seed_everything
 from common.utils.config import to_dict
 from common.utils.runs import mean_std
 from common.utils.runtime import DeviceError, Runtime
 
-from common.text.batching import bucketed_order
-
-from .data import (Batch, Chunk, Treebank, TreebankError, Vocabulary, batches, length_sorted_order,
-                   load_treebank)
-from .metrics import accuracies
-from .model import Tagger, variant_label
+from .data import Treebank, TreebankError, batches, load_treebank
+from .model import variant_label
+from .predict import build_model, dev_accuracy, evaluate
 
 #: Errors that end a run with a one-line message (exit status 2).
 RUN_ERRORS = (TreebankError, DeviceError, ValueError, FileNotFoundError)
@@ -50,41 +48,6 @@ def default_out_dir(cfg: DictConfig) -> Path:
         return Path(cfg.out_dir)
     name = cfg.variant if cfg.attention.name == "softmax" else f"{cfg.variant}-{cfg.attention.name}"
     return Path("runs") / "tagging" / Path(str(cfg.treebank)).name / name
-
-
-def build_model(cfg: DictConfig, vocab: Vocabulary) -> Tagger:
-    options = {"normalizer": cfg.attention.name, "normalizer_options": dict(cfg.attention.options)}
-    return Tagger(len(vocab.words), len(vocab.chars), len(vocab.tags), cfg.variant, max_len=cfg.data.max_len,
-                  attention=options, **cfg.model)
-
-
-@torch.no_grad()
-def predict(model: Tagger, chunks: List[Chunk], runtime: Runtime, mc_samples: int = 0, batch_size: int = 256
-            ) -> List[Batch]:
-    """Each eval batch with ``tags`` replaced by the predicted tags (the MC mean over ``mc_samples`` sampled
-    passes when given, else the eval-mode forward)."""
-    model.eval()
-    out = []
-    sampling = attention.mc_sampling(model) if mc_samples else nullcontext()
-    with sampling, runtime.autocast():
-        for batch in batches(chunks, batch_size, length_sorted_order(chunks, batch_size)):
-            batch = batch.to(runtime.device)
-            if mc_samples:
-                probs = sum(model(batch.words, batch.chars, batch.char_index, batch.mask).float().softmax(-1)
-                            for _ in range(mc_samples))
-            else:
-                probs = model(batch.words, batch.chars, batch.char_index, batch.mask)
-            out.append((batch, probs.argmax(-1)))
-    return out
-
-
-def evaluate(model: Tagger, chunks: List[Chunk], runtime: Runtime, mc_samples: int = 0) -> Dict[str, float]:
-    """Accuracy (%) over all, OOV and ambiguous words."""
-    return accuracies(predict(model, chunks, runtime, mc_samples))
-
-
-def dev_accuracy(model: Tagger, chunks: List[Chunk], runtime: Runtime) -> float:
-    return evaluate(model, chunks, runtime)["all"]
 
 
 def updates_to_reach(curve: List[dict], fraction: float = 0.99) -> Optional[int]:

@@ -174,7 +174,7 @@ def run(cfg: DictConfig, progress: bool = True) -> Dict:
         write_submission(task.dir / f"{cfg.data.eval_split}_predictions.json", task.predictions)
     epochs = [{"epoch": row["epoch"] - 1, **{key: row[key] for key in EPOCH_KEYS if key in row}}
               for row in state.history]
-    train_seconds = sum(row["seconds"] for row in epochs)  # every epoch's, resumed ones included
+    train_seconds = state.train_seconds  # every epoch's, resumed ones included
     checkpoints = Checkpointer(task.dir).paths()
     questions = state.step * cfg.train.batch_size * env.world_size
     results = results_record(

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from common.utils.runtime import Runtime
 from tagging.data import Vocabulary, batches, encode, read_conllu, split_files, treebank_dir
 from tagging.model import Tagger
-from tagging.training import evaluate
+from tagging.predict import evaluate
 
 #: ``/work/shared/data/README.md`` section 6: sentences / syntactic words of train, dev and test at r2.2.
 COUNTS = {
