@@ -1,4 +1,5 @@
-"""Metrics go to JSONL and TensorBoard; a resumed run appends."""
+"""Metrics go to JSONL and TensorBoard; a resumed run appends, after dropping what a killed attempt logged past
+its checkpoint."""
 import math
 
 import torch
@@ -28,3 +29,23 @@ def test_resumed_run_appends_and_disabled_logger_writes_nothing(tmp_path):
     with MetricsLogger(tmp_path / "other", enabled=False) as log:
         log.log(0, loss=1.0)
     assert not (tmp_path / "other").exists()
+
+
+def test_a_resume_keeps_the_records_up_to_its_step_and_a_fresh_start_none(tmp_path):
+    with MetricsLogger(tmp_path) as log:  # a killed attempt: checkpoint at step 2, logged up to 3
+        for step in range(4):
+            log.log(step, loss=float(step))
+    with MetricsLogger(tmp_path, resume=2) as log:
+        log.log(3, loss=30.0)
+    assert [(r["step"], r["loss"]) for r in read_metrics(tmp_path / "metrics.jsonl")] == [
+        (0, 0.0), (1, 1.0), (2, 2.0), (3, 30.0)]
+    events = EventAccumulator(str(tmp_path), purge_orphaned_data=True)
+    events.Reload()
+    assert [(e.step, e.value) for e in events.Scalars("loss")] == [(0, 0.0), (1, 1.0), (2, 2.0), (3, 30.0)]
+    with MetricsLogger(tmp_path, resume=0) as log:  # no checkpoint: nothing of before is kept
+        log.log(0, loss=5.0)
+    assert read_metrics(tmp_path / "metrics.jsonl") == [{"step": 0, "loss": 5.0}]
+    assert len(list(tmp_path.glob("events.out.tfevents.*"))) == 1
+    events = EventAccumulator(str(tmp_path))
+    events.Reload()
+    assert [(e.step, e.value) for e in events.Scalars("loss")] == [(0, 5.0)]
