@@ -9,7 +9,8 @@ Each cell is one ``python -m tagging.train`` run (``--threads 1``; ``--jobs`` of
 ``<out>/<treebank>/<variant>``; a re-run reuses finished seeds, so an interrupted grid resumes.
 ``--extra NAME`` adds a row: PE[add] with another normalizer (default: bam-wc, k=10, KL weight 0.01).
 
-Written to ``<out>``: ``table.md`` and ``table.json`` (per treebank mean +- std of the test accuracy;
+Written to ``<out>``: ``table.md`` and ``table.json`` (each seed's record, so that the table can be built again
+from it (:func:`found_in_table`); per treebank mean +- std of the test accuracy;
 per variant the macro mean over treebanks of every accuracy of :mod:`tagging.metrics` (OOV and ambiguous
 in our definitions and the authors'), and against SAN+PE[add] with **the treebank as the unit** (each
 treebank's seeds averaged first, then paired over the treebanks both rows have): the mean difference of
@@ -111,6 +112,23 @@ def load_results(out: Path) -> Dict[str, Dict[str, dict]]:
     return found
 
 
+def seed_record(record: dict, results: dict) -> dict:
+    """What the table keeps of a seed's record, enough to build the table again (:func:`found_in_table`): its
+    test accuracies, the learning-speed point, the first epoch's dev accuracy, epochs, seconds and the commit."""
+    return {"seed": record["seed"], "test": record["test"], "curve": [point for point in record["curve"]
+                                                                     if point["step"] == SPEED_UPDATES],
+            "dev_acc_after_1_epoch": record["dev_acc_after_1_epoch"], "epochs": record["epochs"],
+            "train_seconds": record["train_seconds"],
+            "commit": record.get("commit", results.get("environment", {}).get("git_commit"))}
+
+
+def found_in_table(rows: dict) -> Dict[str, Dict[str, dict]]:
+    """The per-seed records a ``table.json`` was built from, as :func:`load_results` gives what the table reads of
+    them: a committed table can be recomputed without the runs."""
+    return {row: {tb: {"label": entry["label"], "per_seed": seeds} for tb, seeds in entry["per_seed"].items()}
+            for row, entry in rows.items()}
+
+
 def dev_acc_after(curve: List[dict], updates: int) -> Optional[float]:
     """The dev accuracy measured after exactly ``updates`` updates, if the curve has that point."""
     return next((point["dev_acc"] for point in curve if point["step"] == updates), None)
@@ -164,7 +182,8 @@ def build_table(found: Dict[str, Dict[str, dict]]) -> dict:
         runs = [r for res in by_tb.values() for r in res["per_seed"]]
         entry = {"label": next(iter(by_tb.values()))["label"], "treebanks": len(by_tb), "runs": len(runs),
                  "per_treebank": {tb: mean_std([r["test"]["all"] for r in res["per_seed"]])
-                                  for tb, res in sorted(by_tb.items())}}
+                                  for tb, res in sorted(by_tb.items())},
+                 "per_seed": {tb: [seed_record(r, res) for r in res["per_seed"]] for tb, res in sorted(by_tb.items())}}
         means = {metric: treebank_means(by_tb, lambda r, m=metric: r["test"].get(m)) for metric in GROUPS}
         for metric, per_treebank in means.items():
             if per_treebank:
@@ -195,6 +214,11 @@ def _holm(rows: dict, key: str, tost: bool) -> None:
     if tost:
         for d, p in zip(compared, holm_adjust([d["tost"]["p"] for d in compared])):
             d["tost"]["p_holm"] = p
+
+
+def treebanks_of(rows: dict) -> List[str]:
+    """Every treebank of the table's rows, sorted."""
+    return sorted({tb for entry in rows.values() for tb in entry["per_treebank"]})
 
 
 def markdown(rows: dict, treebanks: List[str]) -> str:
@@ -283,8 +307,7 @@ def write_table(args) -> None:
     if "pe-add" not in found:
         sys.exit(f"error: no finished SAN+PE[add] cell under {out}; run the grid first")
     rows = build_table(found)
-    treebanks = sorted({tb for by_tb in found.values() for tb in by_tb})
-    text = markdown(rows, treebanks)
+    text = markdown(rows, treebanks_of(rows))
     paths = [atomic_write_text(out / "table.md", text), atomic_write_json(out / "table.json", rows),
              *figures(rows, found, out)]
     print(text)

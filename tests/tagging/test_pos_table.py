@@ -88,3 +88,25 @@ def test_every_run_of_the_grid_takes_the_preset(table_script, tmp_path, monkeypa
     monkeypatch.setattr(table_script, "run_cells", lambda cells, jobs, cwd: commands.extend(c.command for c in cells))
     table_script.run_grid(table_script.parse_args(["--out", str(tmp_path), "--treebanks", "UD_English-GUM"]))
     assert len(commands) == 6 and all(c[c.index("--preset") + 1] == "official" for c in commands)
+
+
+def test_a_table_json_builds_the_same_table_again(table_script):
+    """table.json keeps each seed's record (its test accuracies, the speed point, the commit), so a committed
+    table can be recomputed without the runs."""
+    import json
+
+    rng = np.random.default_rng(1)
+    base = {tb: list(90 + i + rng.normal(0, 0.5, 3)) for i, tb in enumerate(TREEBANKS)}
+    found = {"pe-add": results("SAN+PE[add]", base),
+             "conv1d": results("SAN+PE[add]+Conv1d", {tb: [a + 1 for a in accs] for tb, accs in base.items()}, 84.0),
+             "temp": results("SAN+PE[add]+Temp", {tb: accs[:2] for tb, accs in base.items()})}
+    for res in found["pe-add"].values():
+        res["environment"] = {"git_commit": "abc1234"}
+    rows = table_script.build_table(found)
+    saved = json.loads(json.dumps(rows))  # as written to and read from table.json
+    assert saved["pe-add"]["per_seed"][TREEBANKS[0]][0]["commit"] == "abc1234"
+    assert [p["step"] for p in saved["conv1d"]["per_seed"][TREEBANKS[0]][0]["curve"]] == [20]
+    again = table_script.build_table(table_script.found_in_table(saved))
+    assert json.loads(json.dumps(again)) == saved
+    assert table_script.markdown(again, table_script.treebanks_of(again)) == table_script.markdown(
+        rows, sorted(TREEBANKS))
