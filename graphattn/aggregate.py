@@ -97,12 +97,15 @@ class HeadPattern:
                                            self.shape, check_invariants=False)
 
 
-@functools.lru_cache(maxsize=None)
 def _native():
     """The C pattern builder (``common/attention/kernels/cpu/head_pattern.c``, compiled on first use as the
-    attention kernels are), or None where it does not build or ``ATTN_CPU_KERNELS=0`` (read once)."""
-    if os.environ.get("ATTN_CPU_KERNELS", "1") == "0":
-        return None
+    attention kernels are), or None where it does not build or ``ATTN_CPU_KERNELS=0`` (read at each call, as the
+    attention kernels read it)."""
+    return None if os.environ.get("ATTN_CPU_KERNELS", "1") == "0" else _built()
+
+
+@functools.lru_cache(maxsize=None)
+def _built():
     lib = cpu_bam.build("head_pattern", "graphattn's sparse patterns")
     if lib is not None:
         ptr, i64 = ctypes.c_void_p, ctypes.c_int64
