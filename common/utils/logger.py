@@ -56,7 +56,7 @@ class MetricsLogger:
                 events.unlink()
         if self.path.is_file():
             lines = [line for line in self.path.read_text(encoding="utf-8").splitlines() if line.strip()]
-            kept = [line for line in lines if step and json.loads(line)["step"] <= step]
+            kept = [line for line in lines if step and _step_of(line) <= step]
             if len(kept) < len(lines):
                 atomic_write_text(self.path, "".join(line + "\n" for line in kept))
 
@@ -85,6 +85,14 @@ class MetricsLogger:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _step_of(line: str) -> float:
+    """A record's step; infinite for a line cut short (a process killed while writing it), so it is dropped."""
+    try:
+        return json.loads(line)["step"]
+    except (json.JSONDecodeError, KeyError, TypeError):
+        return math.inf
 
 
 def read_metrics(path: Union[str, Path], name: Optional[str] = None) -> list[dict]:

@@ -35,6 +35,8 @@ def test_a_resume_keeps_the_records_up_to_its_step_and_a_fresh_start_none(tmp_pa
     with MetricsLogger(tmp_path) as log:  # a killed attempt: checkpoint at step 2, logged up to 3
         for step in range(4):
             log.log(step, loss=float(step))
+    with open(tmp_path / "metrics.jsonl", "a") as f:
+        f.write('{"step": 4, "lo')  # killed while writing a line
     with MetricsLogger(tmp_path, resume=2) as log:
         log.log(3, loss=30.0)
     assert [(r["step"], r["loss"]) for r in read_metrics(tmp_path / "metrics.jsonl")] == [
