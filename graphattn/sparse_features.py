@@ -20,6 +20,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch_geometric.index import index2ptr
 
 #: Transposed patterns kept (least recently used first out): a run's feature matrices, not every batch's.
 KEPT = 4
@@ -47,8 +48,7 @@ def transposed(crow: Tensor, col: Tensor, num_cols: int) -> Pattern:
         return _kept[key][2]
     order = torch.sort(col, stable=True).indices
     rows = torch.repeat_interleave(torch.arange(crow.numel() - 1, device=col.device), crow.diff())
-    counts = torch.bincount(col, minlength=num_cols)
-    pattern = Pattern(torch.cat([counts.new_zeros(1), counts.cumsum(0)]), rows[order], order)
+    pattern = Pattern(index2ptr(col.long()[order], num_cols), rows[order], order)  # (no bincount: deterministic)
     _kept[key] = (crow, col, pattern)
     if len(_kept) > KEPT:
         _kept.popitem(last=False)

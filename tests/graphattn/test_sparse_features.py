@@ -88,3 +88,19 @@ def test_empty_features_and_a_bad_call():
         sparse_linear(x, torch.randn(3, 5))
     with pytest.raises(ValueError, match="sparse CSR"):
         sparse_linear(torch.zeros(4, 6), weight)
+
+
+def test_32_bit_indices_and_deterministic_algorithms():
+    """A CSR with int32 indices, under torch.use_deterministic_algorithms (no bincount in the pattern)."""
+    x, weight, grad = features(), torch.randn(4, 20, requires_grad=True), torch.randn(30, 4)
+    full = csr(x)
+    x32 = torch.sparse_csr_tensor(full.crow_indices().int(), full.col_indices().int(), full.values(), x.shape)
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        out = sparse_linear(x32, weight)
+        out.backward(grad)
+    finally:
+        torch.use_deterministic_algorithms(deterministic)
+    torch.testing.assert_close(out, x @ weight.detach().t())
+    torch.testing.assert_close(weight.grad, grad.t() @ x)
