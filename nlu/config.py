@@ -6,7 +6,8 @@ from typing import Dict, Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
-from common.utils.config import Rule, at_least, flatten, layer_configs, packaged_config, packaged_preset
+from common.utils.config import (Rule, at_least, layer_configs, packaged_config, packaged_preset,
+                                 preset_deviations)
 
 from .tasks import get_task
 
@@ -60,17 +61,8 @@ def load_config(overrides: Sequence[str] = (), config_file: Optional[str] = None
 def deviations(cfg: DictConfig) -> Dict[str, dict]:
     """The keys where ``cfg`` differs from its preset's settings for its task, ``{key: {preset, run}}``; a softmax
     arm does not differ in the keys that only act on BAM (:data:`BAM_ARM_KEYS`)."""
-    layer = preset_layer(cfg.preset, cfg.task)
-    softmax_arm = cfg.attention.name == "softmax"
-    found = {}
-    for key, wanted in flatten(OmegaConf.to_container(layer, resolve=True), whole=("attention.options",)).items():
-        if not key or (softmax_arm and key.startswith(BAM_ARM_KEYS)):  # "": a preset that sets nothing
-            continue
-        actual = OmegaConf.select(cfg, key)
-        actual = OmegaConf.to_container(actual, resolve=True) if isinstance(actual, DictConfig) else actual
-        if actual != wanted:
-            found[key] = {"preset": wanted, "run": actual}
-    return found
+    return preset_deviations(cfg, preset_layer(cfg.preset, cfg.task), whole=("attention.options",),
+                             skip=BAM_ARM_KEYS if cfg.attention.name == "softmax" else ())
 
 
 def _sets_options(overrides: Sequence[str], config_file: Optional[str]) -> bool:

@@ -35,7 +35,7 @@ from common import attention
 from common.text.batching import bucketed_order
 from common.training import Engine, Plan, Task, TrainState, seed_seconds, seed_summary, train_seeds
 from common.utils import atomic_write_json, console, default_data_root, results_record, seed_everything
-from common.utils.config import to_dict
+from common.utils.config import deviation_note, to_dict
 from common.utils.runtime import DeviceError, Runtime
 
 from .config import deviations
@@ -196,8 +196,7 @@ def run(cfg: DictConfig, progress: bool = True) -> dict:
                 f"{model_dir.name}, on {runtime.device}")
     differs = deviations(cfg)
     if differs:
-        console.say(f"differs from --preset {cfg.preset} in " + ", ".join(
-            f"{key}={value['run']} (preset: {value['preset']})" for key, value in differs.items()))
+        console.say(deviation_note(cfg.preset, differs))
     per_seed = train_seeds(out_dir, to_dict(cfg), RESUMABLE_KEYS, seeds,
                            lambda seed: fit_seed(cfg, data, model_dir, seed, out_dir, runtime, progress),
                            lambda record: f"dev {_scores(record['dev'])}, {record['train_seconds']:.0f} s", progress,

@@ -29,10 +29,11 @@ from common import attention
 from common.text.batching import bucketed_order
 from common.training import Engine, Plan, Task, TrainState, seed_seconds, seed_summary, train_seeds
 from common.utils import atomic_save, atomic_write_json, console, default_data_root, results_record, seed_everything
-from common.utils.config import to_dict
+from common.utils.config import deviation_note, packaged_preset, preset_deviations, to_dict
 from common.utils.runs import mean_std
 from common.utils.runtime import DeviceError, Runtime
 
+from .config import PRESETS
 from .data import Treebank, TreebankError, batches, load_treebank
 from .model import variant_label
 from .predict import build_model, dev_accuracy, evaluate
@@ -155,11 +156,15 @@ def run(cfg: DictConfig, progress: bool = True) -> dict:
     seeds = list(range(cfg.first_seed, cfg.first_seed + cfg.seeds))
     console.say(f"{treebank.name} {label}: {len(treebank.chunks['train'])} training chunks, "
                 f"{len(treebank.vocab.words)} words, {len(treebank.vocab.chars)} characters, on {runtime.device}")
+    differs = preset_deviations(cfg, packaged_preset("tagging", cfg.preset, PRESETS))
+    if differs:
+        console.say(deviation_note(cfg.preset, differs))
     per_seed = train_seeds(out_dir, to_dict(cfg), RESUMABLE_KEYS, seeds,
                            lambda seed: fit_seed(cfg, treebank, seed, out_dir, runtime, progress), _seed_line,
                            progress, desc=f"{treebank.name} {label} seeds")
     record = results_record(to_dict(cfg), treebank=treebank.name, variant=cfg.variant, label=label,
-                            normalizer=cfg.attention.name, seeds=seeds, counts=treebank.counts(),
+                            normalizer=cfg.attention.name, preset=cfg.preset, preset_deviations=differs,
+                            seeds=seeds, counts=treebank.counts(),
                             runtime=runtime.describe(), **seed_summary(per_seed, ("dev", "test")),
                             dev_acc_after_1_epoch=mean_std([r["dev_acc_after_1_epoch"] for r in per_seed]),
                             updates_to_99pct=mean_std([r["updates_to_99pct"] for r in per_seed]),

@@ -319,6 +319,27 @@ def flatten(node: Any, whole: Iterable[str] = (), prefix: str = "") -> Dict[str,
     return {prefix[:-1]: node}
 
 
+def preset_deviations(cfg: DictConfig, layer: DictConfig, whole: Iterable[str] = (),
+                      skip: Sequence[str] = ()) -> Dict[str, dict]:
+    """The keys where ``cfg`` differs from what the preset ``layer`` sets, ``{key: {"preset": .., "run": ..}}``
+    (``whole``: keys compared as one mapping; ``skip``: key prefixes that do not count)."""
+    found = {}
+    for key, wanted in flatten(OmegaConf.to_container(layer, resolve=True), whole=whole).items():
+        if not key or key.startswith(tuple(skip)):  # "": a preset that sets nothing
+            continue
+        actual = OmegaConf.select(cfg, key)
+        actual = OmegaConf.to_container(actual, resolve=True) if isinstance(actual, DictConfig) else actual
+        if actual != wanted:
+            found[key] = {"preset": wanted, "run": actual}
+    return found
+
+
+def deviation_note(preset: str, differs: Dict[str, dict]) -> str:
+    """The one line a run prints when it differs from its preset (:func:`preset_deviations`)."""
+    return f"differs from --preset {preset} in " + ", ".join(
+        f"{key}={value['run']} (preset: {value['preset']})" for key, value in differs.items())
+
+
 def config_changes(saved: Dict[str, Any], config: Dict[str, Any], resumable: Iterable[str] = ()) -> Dict[str, tuple]:
     """``{dotted key: (saved value, new value)}`` for every key that differs, except the
     ``resumable`` keys and everything under them (paths, threads, epochs ...)."""

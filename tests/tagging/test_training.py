@@ -127,3 +127,22 @@ def test_early_stopping_stops_after_patience_epochs_without_a_better_dev_accurac
     first_bad = next((i for i in range(1, len(ends)) if ends[i] <= max(ends[:i])), None)
     assert seed["epochs"] == (first_bad + 1 if first_bad is not None else 8)
     assert seed["best_epoch"] == 1 + ends.index(max(ends))
+
+
+def test_a_preset_with_a_conflicting_override_is_run_and_its_deviations_recorded(baseline, tmp_path, capsys):
+    """``--preset official model.init=torch``: taken, with one line saying what differs from the authors'
+    setup, and the same in results.json (``preset_deviations``); the preset's own settings differ in nothing."""
+    treebank, _, _ = baseline
+    few = ("train.max_epochs=1",)
+    official = load_config([f"treebank={treebank}", f"data_root={treebank.parent}", f"out_dir={tmp_path / 'a'}",
+                            "seeds=1", "device=cpu", "model.layers=1", "model.heads=2", "data.max_len=12",
+                            "train.batch_size=4", "train.num_threads=1", *few], preset="official")
+    assert training.run(official, progress=False)["preset_deviations"] == {}
+    changed = load_config([f"treebank={treebank}", f"data_root={treebank.parent}", f"out_dir={tmp_path / 'b'}",
+                           "seeds=1", "device=cpu", "model.layers=1", "model.heads=2", "data.max_len=12",
+                           "train.batch_size=4", "train.num_threads=1", "model.init=torch", *few],
+                          preset="official")
+    record = training.run(changed, progress=False)
+    assert record["preset"] == "official"
+    assert record["preset_deviations"] == {"model.init": {"preset": "keras", "run": "torch"}}
+    assert "differs from --preset official in model.init=torch (preset: keras)" in capsys.readouterr().err
