@@ -7,11 +7,12 @@ Resolution order (later wins): ``gat.yaml`` -> ``<dataset>.yaml`` -> the preset 
 """
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Dict, Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
-from common.utils.config import Rule, at_least, layer_configs, load_user_config, packaged_config, parse_overrides, to_dict
+from common.utils.config import (Rule, at_least, layer_configs, load_user_config, packaged_config, parse_overrides,
+                                 preset_deviations, to_dict)
 
 __all__ = ["DATASETS", "KL_REDUCTIONS", "RULES", "canonical_name", "load_config", "to_dict"]
 
@@ -32,6 +33,33 @@ def canonical_name(name: str) -> str:
         return DATASETS[name.lower()]
     except KeyError:
         raise ValueError(f"unknown Planetoid dataset {name!r}; choose one of {sorted(DATASETS.values())}") from None
+
+
+def packaged_preset(preset_name: str) -> DictConfig:
+    """``graphattn/configs/<preset_name>.yaml``; an unknown name is a ``ValueError`` naming the packaged one."""
+    try:
+        return packaged_config("graphattn", f"{preset_name}.yaml")
+    except FileNotFoundError:
+        raise ValueError(f"unknown preset {preset_name!r}; the packaged one is 'official' "
+                         f"(graphattn/configs/official.yaml)") from None
+
+
+def preset_settings(preset_name: str, attention: str) -> DictConfig:
+    """What ``preset=<preset_name>`` sets for ``attention``: its common keys and its ``variants.<attention>`` block
+    (as :func:`load_config` applies them)."""
+    preset = packaged_preset(preset_name)
+    variant = (preset.pop("variants", None) or {}).get(attention)
+    if variant is not None:
+        preset = OmegaConf.merge(preset, {"attention": {"options": variant.get("options", {})},
+                                          "kl": variant.get("kl", {})})
+    return preset
+
+
+def deviations(cfg: DictConfig) -> Dict[str, dict]:
+    """The keys where ``cfg`` differs from its preset's settings (none without a preset)."""
+    if not cfg.preset:
+        return {}
+    return preset_deviations(cfg, preset_settings(cfg.preset, cfg.attention.name), whole=("attention.options",))
 
 
 def load_config(
@@ -55,11 +83,7 @@ def load_config(
     cfg = OmegaConf.merge(base, packaged_config("graphattn", f"{name.lower()}.yaml"))
     preset_name = OmegaConf.select(cli, "preset") or OmegaConf.select(user, "preset") or cfg.preset
     if preset_name:
-        try:
-            preset = packaged_config("graphattn", f"{preset_name}.yaml")
-        except FileNotFoundError:
-            raise ValueError(f"unknown preset {preset_name!r}; the packaged one is 'official' "
-                             f"(graphattn/configs/official.yaml)") from None
+        preset = packaged_preset(preset_name)
         variants = preset.pop("variants", None)
         cfg = OmegaConf.merge(cfg, preset)
         if variants is not None:

@@ -25,13 +25,14 @@ from omegaconf import DictConfig
 
 from common import attention
 from common.training import Engine, Plan, Task, TrainState, seed_seconds, train_seeds
-from common.utils import atomic_save, atomic_write_json, results_record, seed_everything
+from common.utils import atomic_save, atomic_write_json, console, results_record, seed_everything
+from common.utils.config import deviation_note
 from common.utils.distributed import barrier, cleanup, wrap_model
 from common.utils.runs import mean_std
 from common.utils.runtime import DeviceError, Runtime
 
 from . import layerwise, minibatch
-from .config import to_dict
+from .config import deviations, to_dict
 from .models import build_model, prepare_features, split_metrics
 
 if TYPE_CHECKING:
@@ -177,6 +178,9 @@ def run(cfg: DictConfig, progress: bool = True, data: Optional[Data] = None) -> 
                              distributed=True)
     env, out_dir, start = runtime.env, default_out_dir(cfg), time.perf_counter()
     seeds = list(range(cfg.first_seed, cfg.first_seed + cfg.seeds))
+    differs = deviations(cfg)
+    if differs and env.is_main:
+        console.say(deviation_note(f"preset={cfg.preset}", differs))
     try:
         if cfg.loader.kind == "neighbor":  # fail before loading anything
             minibatch.check_fanouts(cfg.loader.num_neighbors, num_layers=2)
@@ -204,7 +208,8 @@ def run(cfg: DictConfig, progress: bool = True, data: Optional[Data] = None) -> 
 
     accuracy = {split: [100 * m[split]["acc"] for m in per_seed] for split in ("test", "val")}
     results = results_record(
-        to_dict(cfg), dataset=cfg.dataset, attention=cfg.attention.name, seeds=seeds,
+        to_dict(cfg), dataset=cfg.dataset, attention=cfg.attention.name, preset=cfg.preset,
+        preset_deviations=differs, seeds=seeds,
         **{f"{split}_acc": {**mean_std(values), "per_seed": values} for split, values in accuracy.items()},
         epochs=[m["epochs"] for m in per_seed], runtime=runtime.describe(),
         train_seconds=seed_seconds(per_seed),

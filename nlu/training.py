@@ -196,7 +196,7 @@ def run(cfg: DictConfig, progress: bool = True) -> dict:
                 f"{model_dir.name}, on {runtime.device}")
     differs = deviations(cfg)
     if differs:
-        console.say(deviation_note(cfg.preset, differs))
+        console.say(deviation_note(f"--preset {cfg.preset}", differs))
     per_seed = train_seeds(out_dir, to_dict(cfg), RESUMABLE_KEYS, seeds,
                            lambda seed: fit_seed(cfg, data, model_dir, seed, out_dir, runtime, progress),
                            lambda record: f"dev {_scores(record['dev'])}, {record['train_seconds']:.0f} s", progress,

@@ -158,7 +158,7 @@ def run(cfg: DictConfig, progress: bool = True) -> dict:
                 f"{len(treebank.vocab.words)} words, {len(treebank.vocab.chars)} characters, on {runtime.device}")
     differs = preset_deviations(cfg, packaged_preset("tagging", cfg.preset, PRESETS))
     if differs:
-        console.say(deviation_note(cfg.preset, differs))
+        console.say(deviation_note(f"--preset {cfg.preset}", differs))
     per_seed = train_seeds(out_dir, to_dict(cfg), RESUMABLE_KEYS, seeds,
                            lambda seed: fit_seed(cfg, treebank, seed, out_dir, runtime, progress), _seed_line,
                            progress, desc=f"{treebank.name} {label} seeds")

@@ -335,8 +335,9 @@ def preset_deviations(cfg: DictConfig, layer: DictConfig, whole: Iterable[str] =
 
 
 def deviation_note(preset: str, differs: Dict[str, dict]) -> str:
-    """The one line a run prints when it differs from its preset (:func:`preset_deviations`)."""
-    return f"differs from --preset {preset} in " + ", ".join(
+    """The one line a run prints when it differs from its preset (:func:`preset_deviations`); ``preset`` as the
+    user chose it (``--preset official``, ``preset=official``)."""
+    return f"differs from {preset} in " + ", ".join(
         f"{key}={value['run']} (preset: {value['preset']})" for key, value in differs.items())
 
 

@@ -91,3 +91,19 @@ def test_official_preset():
         load_config("Cora", "bam-wc", ["preset=tf"])
     model = GAT(1433, 7, attention=cfg.attention.name, attention_options=dict(cfg.attention.options), **cfg.model)
     assert model.conv1.normalizer.prior_scope == "all" and model.conv1.normalizer.prior_net.heads == 8
+
+
+def test_a_run_names_what_differs_from_its_preset():
+    """``preset=official`` with a conflicting override is taken, and what differs is named (results.json's
+    ``preset_deviations`` and a console line); the preset alone, and no preset, differ in nothing."""
+    from graphattn.config import deviations
+
+    assert deviations(load_config("Cora", "bam-wc", ["preset=official"])) == {}
+    assert deviations(load_config("PubMed", "softmax", ["preset=official"])) == {}
+    assert deviations(load_config("Cora", "bam-wc", ["optim.lr=0.01"])) == {}
+    changed = load_config("Cora", "bam-wc", ["preset=official", "optim.lr=0.01", "attention.options.k=10"])
+    assert deviations(changed) == {
+        "optim.lr": {"preset": 0.005, "run": 0.01},
+        "attention.options": {"preset": {"k": 1000.0, "beta": 1.0, "d_mid": 10, "prior_scope": "all",
+                                         "prior_per_head": True},
+                              "run": {"k": 10, "beta": 1.0, "d_mid": 10, "prior_scope": "all", "prior_per_head": True}}}

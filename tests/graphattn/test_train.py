@@ -121,6 +121,18 @@ def test_demo_dataset_trains_and_evaluates_without_data(tmp_path, monkeypatch, c
                        "--no-progress", "train.max_epochs=60"]) == 0
     results = json.loads((out / "results.json").read_text())
     assert results["dataset"] == "Demo" and results["test_acc"]["mean"] > 50  # 5 classes: chance is 20%
+    assert results["preset"] is None and results["preset_deviations"] == {}
     assert evaluate.main([str(out), "--out", str(tmp_path / "eval.json")]) == 0
     assert json.loads((tmp_path / "eval.json").read_text())["checkpoints"][0]["test"]["acc"] == \
         pytest.approx(results["test_acc"]["mean"] / 100)
+
+
+def test_a_preset_with_a_conflicting_override_is_run_with_a_note(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("ATTN_DATA_ROOT", raising=False)
+    out = tmp_path / "official"
+    assert train.main(["--dataset", "demo", "--attention", "softmax", "--seeds", "1", "--out", str(out),
+                       "--no-progress", "preset=official", "optim.lr=0.01", "train.patience=2"]) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert results["preset"] == "official"
+    assert results["preset_deviations"] == {"optim.lr": {"preset": 0.005, "run": 0.01}}
+    assert "differs from preset=official in optim.lr=0.01 (preset: 0.005)" in capsys.readouterr().err
