@@ -44,6 +44,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    from common.training import seed_run_files
     from .training import RUN_ERRORS, default_out_dir, run
 
     try:
@@ -56,10 +57,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     acc, out_dir = results["test_acc"], default_out_dir(cfg)
     print(f"{results['dataset']} {results['attention']}: test accuracy {acc['mean']:.2f} +- {acc['std']:.2f} "
           f"over {len(results['seeds'])} seeds, {results['train_seconds']['total']:.1f} s of training")
-    seeds = results["seeds"]
-    console.files_written([out_dir / "results.json", *results["plots"], out_dir / "config.json",
-                           *results["checkpoints"], *(out_dir / f"seed{seed}.json" for seed in seeds),
-                           *(out_dir / f"seed{seed}" for seed in seeds)])
+    console.files_written([out_dir / "results.json", *results["plots"], *results["checkpoints"],
+                           *seed_run_files(out_dir, results["seeds"])])
     return 0
 
 

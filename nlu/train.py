@@ -64,8 +64,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     scores = ", ".join(f"{name} {s['mean']:.2f} +- {s['std']:.2f}" for name, s in results["dev"].items())
     print(f"{results['task']} {results['label']}: dev {scores} over {len(results['seeds'])} seeds, "
           f"{results['train_seconds']['total']:.0f} s of training")
-    per_seed = (out_dir / name for seed in results["seeds"] for name in (f"seed{seed}.json", f"seed{seed}"))
-    console.files_written([out_dir / "results.json", out_dir / "config.json", *per_seed])
+    from common.training import seed_run_files
+
+    console.files_written([out_dir / "results.json", *seed_run_files(out_dir, results["seeds"])])
     return 0
 
 

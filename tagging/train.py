@@ -62,6 +62,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     from common.utils.runtime import resolve_device
 
+    from common.training import seed_run_files
     from .training import RUN_ERRORS, default_out_dir, run
 
     try:
@@ -79,9 +80,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print(f"{results['treebank']} {results['label']}: test accuracy {test['all']['mean']:.2f} +- "
           f"{test['all']['std']:.2f} (OOV {test['oov']['mean']:.2f}, ambiguous {test['ambiguous']['mean']:.2f}) "
           f"over {len(results['seeds'])} seeds, {results['train_seconds']['total']:.0f} s of training")
-    seeds = results["seeds"]
-    console.files_written([out_dir / "results.json", *results["plots"], out_dir / "config.json",
-                           *(out_dir / f"seed{seed}.json" for seed in seeds), *(out_dir / f"seed{seed}" for seed in seeds)])
+    console.files_written([out_dir / "results.json", *results["plots"], *seed_run_files(out_dir, results["seeds"])])
     return 0
 
 

@@ -51,3 +51,10 @@ def seed_seconds(per_seed: List[Mapping]) -> Dict[str, object]:
     """``{"per_seed": [...], "total": ...}``: each seed's training seconds (kept from the run that trained it)."""
     seconds = [record["train_seconds"] for record in per_seed]
     return {"per_seed": seconds, "total": sum(seconds)}
+
+
+def seed_run_files(out_dir: Path, seeds: Iterable[int]) -> List[Path]:
+    """What :func:`train_seeds` and the engine write under ``out_dir``: ``config.json``, then each seed's record
+    ``seed<k>.json`` and run directory ``seed<k>/``."""
+    return [Path(out_dir) / "config.json",
+            *(Path(out_dir) / name for seed in seeds for name in (f"seed{seed}.json", f"seed{seed}"))]
