@@ -35,7 +35,7 @@ def canonical_name(name: str) -> str:
         raise ValueError(f"unknown Planetoid dataset {name!r}; choose one of {sorted(DATASETS.values())}") from None
 
 
-def packaged_preset(preset_name: str) -> DictConfig:
+def preset_file(preset_name: str) -> DictConfig:
     """``graphattn/configs/<preset_name>.yaml``; an unknown name is a ``ValueError`` naming the packaged one."""
     try:
         return packaged_config("graphattn", f"{preset_name}.yaml")
@@ -44,15 +44,19 @@ def packaged_preset(preset_name: str) -> DictConfig:
                          f"(graphattn/configs/official.yaml)") from None
 
 
+def merge_variant(cfg: DictConfig, attention: str) -> DictConfig:
+    """``cfg`` without its ``variants`` block, the options and KL schedule of ``variants.<attention>`` merged in
+    (``cfg`` as it is when it has no such block)."""
+    variant = (cfg.pop("variants", None) or {}).get(attention)
+    if variant is None:
+        return cfg
+    return OmegaConf.merge(cfg, {"attention": {"options": variant.get("options", {})}, "kl": variant.get("kl", {})})
+
+
 def preset_settings(preset_name: str, attention: str) -> DictConfig:
     """What ``preset=<preset_name>`` sets for ``attention``: its common keys and its ``variants.<attention>`` block
     (as :func:`load_config` applies them)."""
-    preset = packaged_preset(preset_name)
-    variant = (preset.pop("variants", None) or {}).get(attention)
-    if variant is not None:
-        preset = OmegaConf.merge(preset, {"attention": {"options": variant.get("options", {})},
-                                          "kl": variant.get("kl", {})})
-    return preset
+    return merge_variant(preset_file(preset_name), attention)
 
 
 def deviations(cfg: DictConfig) -> Dict[str, dict]:
@@ -83,16 +87,15 @@ def load_config(
     cfg = OmegaConf.merge(base, packaged_config("graphattn", f"{name.lower()}.yaml"))
     preset_name = OmegaConf.select(cli, "preset") or OmegaConf.select(user, "preset") or cfg.preset
     if preset_name:
-        preset = packaged_preset(preset_name)
+        preset = preset_file(preset_name)
         variants = preset.pop("variants", None)
         cfg = OmegaConf.merge(cfg, preset)
         if variants is not None:
             cfg.variants = variants
     variant_name = OmegaConf.select(cli, "attention.name") or OmegaConf.select(user, "attention.name") \
         or cfg.attention.name
-    variant = cfg.pop("variants", OmegaConf.create()).get(variant_name, OmegaConf.create())
-    cfg = OmegaConf.merge(cfg, {"attention": {"name": variant_name, "options": variant.get("options", {})},
-                                "kl": variant.get("kl", {})})
+    cfg = merge_variant(cfg, variant_name)
+    cfg.attention.name = variant_name
     # A misspelt key is an error, except among the normalizer's free-form options.
     cfg = layer_configs(cfg, config_file, overrides, open_keys=["attention.options"],
                         defaults_name="graphattn/configs/gat.yaml", rules=RULES)

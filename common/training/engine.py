@@ -233,7 +233,8 @@ class Engine:
             with bar:
                 while not s.done:
                     tick = self._epoch(task, updates, bar, tick)
-                    updates = task.updates(s.epoch) if not s.done else updates
+                    if not s.done:
+                        updates = task.updates(s.epoch)  # the next epoch's
         except console.InterruptedMidway:  # a second Ctrl-C: the update in progress is lost
             if self.env.is_main:
                 console.say(f"stopped inside update {self._current}: the rerun resumes from update {self._saved or 0}")
