@@ -17,8 +17,9 @@ weights.
 
 Written to ``<out>``: ``table.md`` and ``table.json``: per task and row the dev metrics' mean +- std (ddof=1) and
 n; per BAM row the paired difference to its softmax arm over the seeds both have, with its 95% t-interval, minimal
-detectable difference and verdict; per BAM row over the tasks, how many show a gain or a loss, a sign test and a
-random-effects mean of the main metrics' differences; beside them the paper's ALBERT-base numbers (another encoder).
+detectable difference, the main metric's p Holm-adjusted over the comparisons with the same softmax arm, and the
+verdict; per BAM row over the tasks, how many show a gain or a loss, a sign test and a random-effects mean of the
+main metrics' differences; beside them the paper's ALBERT-base numbers (another encoder).
 The commit of every run is in its ``results.json``; the table lists the commits it was built from.
 """
 from __future__ import annotations
@@ -122,16 +123,41 @@ def found_in_table(table: dict) -> Dict[str, Dict[str, Dict[int, dict]]]:
                    for row, entry in t["rows"].items()} for task, t in table["tasks"].items()}
 
 
-def verdict(paired: dict) -> str:
-    """A paired difference's verdict from its interval: ``gain``, ``loss`` or ``none detected``."""
-    return "gain" if paired["low"] > 0 else "loss" if paired["high"] < 0 else "none detected"
+#: The family-wise error rate of the verdicts.
+ALPHA = 0.05
+
+
+def verdict(difference: dict, p_holm: float) -> str:
+    """A paired difference's verdict from its Holm-adjusted p: ``gain`` / ``loss`` (by the sign of the mean) where it
+    is below :data:`ALPHA`, else ``none detected``. A verdict of ``gain`` or ``loss`` implies that the 95%
+    interval excludes 0; an interval that excludes 0 alone is not enough once several comparisons are made."""
+    if p_holm >= ALPHA:
+        return "none detected"
+    return "gain" if difference["mean"] > 0 else "loss"
+
+
+def _holm_by_arm(tasks: dict) -> None:
+    """Holm's correction of the main metric's p over each family, the comparisons with the same softmax arm (the
+    official recipe's: one per task; the standard recipe's: each KL weight on each task); then the verdicts."""
+    from common.metrics.paired import holm_adjust
+
+    families = defaultdict(list)
+    for t in tasks.values():
+        for entry in t["rows"].values():
+            if "paired" in entry:
+                families[entry["paired"]["baseline"]].append((entry, entry["paired"][t["main_metric"]]))
+    for family in families.values():
+        for (entry, difference), p in zip(family, holm_adjust([d["p"] for _, d in family])):
+            entry["p_holm"], entry["family_size"] = p, len(family)
+            entry["verdict"] = verdict(difference, p)
 
 
 def build_table(found) -> dict:
-    """Per task and row: each metric's statistics; for BAM rows the paired difference to their softmax arm and
-    its verdict. Under ``across_tasks``, per BAM row: the main metrics' verdicts over the tasks, a sign test and a
-    random-effects mean of the differences."""
-    from common.metrics.paired import paired_t
+    """Per task and row: each metric's statistics; for BAM rows the paired difference to their softmax arm (with its
+    two-sided p), the main metric's Holm-adjusted p over the comparisons with the same arm (:func:`_holm_by_arm`)
+    and the verdict. Under ``across_tasks``, per BAM row: the main metrics' verdicts over the tasks, a sign test and
+    a random-effects mean of the differences."""
+    from common.metrics.paired import paired_p_value, paired_t
 
     table = {"tasks": {}}
     for task, rows in found.items():
@@ -149,11 +175,12 @@ def build_table(found) -> dict:
             base = rows.get(baseline, {}) if baseline else {}
             shared = sorted(set(seeds) & set(base))
             if len(shared) >= 2:
+                pairs = {m: ([base[s]["dev"][m] for s in shared], [seeds[s]["dev"][m] for s in shared])
+                         for m in spec.metrics}
                 entry["paired"] = {"baseline": baseline, "seeds": shared, **{
-                    m: paired_t([base[s]["dev"][m] for s in shared], [seeds[s]["dev"][m] for s in shared]).as_dict()
-                    for m in spec.metrics}}
-                entry["verdict"] = verdict(entry["paired"][spec.main_metric])
+                    m: {**paired_t(a, b).as_dict(), "p": paired_p_value(a, b)} for m, (a, b) in pairs.items()}}
             entries["rows"][row] = entry
+    _holm_by_arm(table["tasks"])
     table["across_tasks"] = across_tasks(table["tasks"])
     return table
 
@@ -186,8 +213,8 @@ def spread(stats: dict) -> str:
 
 
 def markdown(table: dict) -> str:
-    lines = ["| task | row | dev metrics, mean +- std (n) | BAM - softmax arm, 95% CI (MDD, n) | verdict | "
-             "paper, ALBERT-base |", "|---|---|---|---|---|---|"]
+    lines = ["| task | row | dev metrics, mean +- std (n) | BAM - softmax arm, 95% CI (MDD, n) | Holm p (m) | verdict "
+             "| paper, ALBERT-base |", "|---|---|---|---|---|---|---|"]
     for task, t in table["tasks"].items():
         for row, entry in t["rows"].items():
             metrics = ", ".join(f"{m} {spread(entry[m])}" for m in get_task(task).metrics)
@@ -197,12 +224,15 @@ def markdown(table: dict) -> str:
                              if m in paired) or "-"
             paper = t["paper_albert"]
             cited = "-" if paper is None else f"{paper[0] if ROWS[row].baseline is None else paper[1]:.1f}"
-            lines.append(f"| {task} | {row} ({', '.join(entry['encoders'])}) | {metrics} | {diff} | "
+            holm = f"{entry['p_holm']:.3f} ({entry['family_size']})" if "p_holm" in entry else "-"
+            lines.append(f"| {task} | {row} ({', '.join(entry['encoders'])}) | {metrics} | {diff} | {holm} | "
                          f"{entry.get('verdict', '-')} | {cited} |")
     lines += ["", "Dev set at the last update (no selection on dev). Paired: the same seeds (data order and head "
-                  "initialisation) in both arms; MDD = the smallest true difference detected with power 0.8; the "
-                  "verdict is the main metric's interval (gain: above 0, loss: below 0). The paper's column is "
-                  "ALBERT-base, one run per cell (its Table 5); ours is the encoder named in the row."]
+                  "initialisation) in both arms; MDD = the smallest true difference detected with power 0.8. Holm p: "
+                  "the main metric's paired t-test, Holm-adjusted over the m comparisons with the same softmax arm "
+                  "(official: one per task; standard: each KL weight on each task); the verdict is gain or loss where "
+                  "it is below 0.05, else none detected. The paper's column is ALBERT-base, one run per cell (its "
+                  "Table 5); ours is the encoder named in the row."]
     for row, summary in table["across_tasks"].items():
         effects = summary["random_effects"]
         lines += ["", f"{row} over {len(summary['tasks'])} tasks ({', '.join(summary['tasks'])}): "

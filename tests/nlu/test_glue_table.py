@@ -96,6 +96,28 @@ def test_the_summary_over_tasks_counts_verdicts_and_pools_the_differences(table_
     assert "official-bam over 2 tasks (MRPC, RTE)" in table_script.markdown(table)
 
 
+def test_verdicts_are_holm_adjusted_over_the_comparisons_with_one_softmax_arm(table_script, tmp_path):
+    """Two tasks against the official softmax arm: MRPC's interval alone excludes 0 (p about 0.03), RTE shows
+    nothing; Holm doubles MRPC's p (the smaller of two), so neither is a gain. The standard arm is its own family."""
+    mrpc_gain = (1.0, 0.2, 1.5, 0.1, 1.2)
+    for seed, g in enumerate(mrpc_gain):
+        _run(tmp_path, "MRPC", "official-softmax", seed, 80.0, 80.0)
+        _run(tmp_path, "MRPC", "official-bam", seed, 80.0 + g, 80.0)
+        _run(tmp_path, "RTE", "official-softmax", seed, 60.0, 60.0)
+        _run(tmp_path, "RTE", "official-bam", seed, 60.0 + (-1) ** seed * 2.0, 60.0)
+        _run(tmp_path, "MRPC", "standard-softmax", seed, 80.0, 80.0)
+        _run(tmp_path, "MRPC", "standard-bam-wc", seed, 80.0 + g, 80.0)
+    table = table_script.build_table(table_script.load_results(tmp_path))
+    mrpc, rte = (table["tasks"][t]["rows"]["official-bam"] for t in ("MRPC", "RTE"))
+    p = stats.ttest_1samp(mrpc_gain, 0.0).pvalue
+    assert mrpc["paired"]["accuracy"]["low"] > 0 and mrpc["paired"]["accuracy"]["p"] == pytest.approx(p) and p < 0.05
+    assert mrpc["p_holm"] == pytest.approx(2 * p) and mrpc["family_size"] == 2 and mrpc["verdict"] == "none detected"
+    assert rte["p_holm"] == pytest.approx(max(2 * p, rte["paired"]["accuracy"]["p"]))
+    standard = table["tasks"]["MRPC"]["rows"]["standard-bam-wc"]
+    assert standard["family_size"] == 1 and standard["p_holm"] == pytest.approx(p) and standard["verdict"] == "gain"
+    assert f"| {2 * p:.3f} (2) | none detected |" in table_script.markdown(table)
+
+
 def test_a_table_json_builds_the_same_table_again(table_script, tmp_path):
     import json as json_module
 
