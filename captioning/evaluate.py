@@ -156,8 +156,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                       args.max_images, args.metrics, progress=not args.no_progress,
                                       length_penalty=args.length_penalty, runtime=runtime_from(args))
     except (FileNotFoundError, CaptionDataError, RegionFeatureError, DeviceError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return console.fail(err)
     scored = ScoredSeed.from_record(results)
     console.say(scored.line())
     print(f"{args.split} ({results['images']} images, beam {args.beam_size}): {format_scores(results['scores'])}")

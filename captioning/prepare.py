@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Optional, Sequence, Union
 
 from common.text import Vocabulary
-from common.utils import atomic_write_json, cache_dir, default_data_root
+from common.utils import atomic_write_json, cache_dir, console, default_data_root
 from common.utils.inputs import blank_content
 
 SPLITS = ("train", "restval", "val", "test")
@@ -165,8 +165,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                           args.out or default_prepared_dir(args.data_root),
                           args.min_count, args.max_length)
     except (CaptionDataError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return console.fail(err)
     print(f"{summary['captions']} captions of {sum(summary['images'].values())} images {summary['images']}; "
           f"vocabulary {summary['vocab_size']} (training words unknown: {100 * summary['train_unk_rate']:.2f}%) "
           f"-> {summary['out_dir']}")

@@ -46,8 +46,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         cfg = load_config(args.attention, overrides, args.config, demo=args.demo)
     except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return console.fail(err)
     # the config is valid: now torch, the features and the model
     from common.features import RegionFeatureError
     from common.utils.runtime import DeviceError, resolve_device
@@ -64,8 +63,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         test = evaluate_checkpoint(run_dir(cfg), "test", metrics=cfg.eval.metrics, progress=not args.no_progress) \
             if args.demo and results else None
     except (CaptionDataError, RegionFeatureError, DeviceError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return console.fail(err)
     if not results:  # not the first of several processes
         return 0
     out_dir = run_dir(cfg)

@@ -124,8 +124,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         result = attention_figure(args.checkpoint, args.image_id, args.image, args.out, args.data_root,
                                   runtime=runtime_from(args))
     except (FileNotFoundError, RegionFeatureError, DeviceError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return console.fail(err)
     print(f"{args.image_id}: \"{result['caption']}\"")
     console.files_written([result["figure"]])
     return 0

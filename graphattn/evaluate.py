@@ -228,8 +228,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         + (f" | MC acc {100 * mc['acc']:.2f} PAvPU(t-test) {100 * mc['pavpu_ttest']:.2f} "
                            f"PAvPU(entropy) {100 * mc['pavpu_entropy']:.2f} ECE {100 * mc['ece']:.2f}" if mc else ""))
     except (FileNotFoundError, DeviceError, ValueError) as err:  # PlanetoidDataError is a FileNotFoundError
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return console.fail(err)
     planned = planned_seeds(load_checkpoint(paths[0])["config"]) if args.checkpoint.is_dir() else []
     probs = torch.cat([p for p, _ in predictions])
     targets = torch.cat([t for _, t in predictions])

@@ -42,16 +42,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         cfg = load_config(args.dataset, args.attention, overrides, args.config)
     except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return console.fail(err)
     from common.training import seed_run_files
     from .training import RUN_ERRORS, default_out_dir, run
 
     try:
         results = run(cfg, progress=not args.no_progress)
     except RUN_ERRORS as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return console.fail(err)
     if results is None:  # a torchrun process other than the main one
         return 0
     acc, out_dir = results["test_acc"], default_out_dir(cfg)

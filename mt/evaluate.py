@@ -55,8 +55,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         scored = ScoredSeed.of(cfg["seed"], weights, files.dir / "results.json")
         prepared = files.prepared(default_data_root(args.data_root))
     except (DataError, DeviceError, FileNotFoundError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return console.fail(err)
     beam = args.beam or cfg["eval"]["beam"]
     lp = cfg["eval"]["length_penalty"] if args.length_penalty is None else args.length_penalty
     console.say(scored.line())
@@ -67,8 +66,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                    cfg["eval"]["max_len_b"], cfg["eval"]["batch_sentences"], progress=True,
                                    runtime=runtime)
         except DataError as err:
-            print(f"error: {err}", file=sys.stderr)
-            return 2
+            return console.fail(err)
         weights = f"_{args.checkpoint.stem}" if args.checkpoint else (f"_avg{args.average}" if args.average else "")
         name = f"eval_{split}{weights}_beam{beam}"
         write_lines(files.dir / f"{name}.hyp.txt", result.pop("hypotheses"))

@@ -23,7 +23,7 @@ import urllib.request
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from common.utils import default_data_root
+from common.utils import console, default_data_root
 from common.utils.extras import needs_extra
 from common.utils.paths import DATA_ROOT_ENV
 
@@ -156,8 +156,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         out = prepare(args.dataset, default_data_root(args.data_root), args.out, args.merges,
                       download=not args.offline)
     except (DataError, FileNotFoundError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return console.fail(err)
     print(out)
     return 0
 

@@ -38,8 +38,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                                       threads_key="train.threads"),
                           args.config)
     except (FileNotFoundError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return console.fail(err)
     # the config is valid: now torch, the data pipeline and the models
     from common.utils.distributed import cleanup
     from common.utils.runtime import DeviceError, Runtime
@@ -53,13 +52,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                  distributed=True)
         data_root = default_data_root(cfg.data_root)
     except (DataError, DeviceError, FileNotFoundError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return console.fail(err)
     try:
         record = train(cfg, out_dir, data_root, runtime)
     except (DataError, FileNotFoundError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return console.fail(err)
     finally:
         cleanup(runtime.env)
     if record is not None:

@@ -12,6 +12,7 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
+from common.utils import console
 from common.utils.cli import add_runtime_options, runtime_from
 from common.utils.extras import needs_extra
 
@@ -42,8 +43,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         out = translate_lines(files, lines, args.beam, args.length_penalty, args.pretokenised,
                               args.tokenised_output, args.average, runtime=runtime)
     except (DataError, DeviceError, FileNotFoundError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return console.fail(err)
     sys.stdout.write("".join(line + "\n" for line in out))
     return 0
 

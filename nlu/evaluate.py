@@ -76,8 +76,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             raise FileNotFoundError(f"{run}: no config.json; pass an nlu.train output directory")
         checkpoints = seed_checkpoints(run)
     except FileNotFoundError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return console.fail(err)
     import torch
     from omegaconf import OmegaConf
 
@@ -118,8 +117,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                                   predictions))
             per_seed.append(record)
     except RUN_ERRORS as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return console.fail(err)
     planned = planned_seeds(cfg)
     summary = {} if args.split == "test" else {m: mean_std([r[m] for r in per_seed]) for m in spec.metrics}
     out = atomic_write_json(run / f"evaluation-{args.split}.json",

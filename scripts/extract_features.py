@@ -53,6 +53,7 @@ def main(argv=None) -> int:
     # common.features (h5py, torch) only once the command line is parsed: --help and a bad option answer at once
     from common.features import RegionFeatureError
     from common.features.extract import Selection, extract, image_files, image_sources
+    from common.utils import console
 
     try:
         selection = Selection(args.min_boxes, args.max_boxes, args.conf_thresh, args.nms_thresh)
@@ -63,8 +64,7 @@ def main(argv=None) -> int:
         counts = extract(images, detector, args.output, selection, feature_dim=args.feature_dim, dtype=args.dtype,
                          progress=not args.quiet, append=args.append, overwrite=args.overwrite, sources=sources)
     except (RegionFeatureError, ImportError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return console.fail(err)
     print(json.dumps({"output": str(args.output), **counts}))
     return 0
 

@@ -56,8 +56,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         paths = checkpoints(run)
     except FileNotFoundError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return console.fail(err)
     import numpy as np
     import torch
     from omegaconf import OmegaConf
@@ -92,8 +91,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(f"seed {saved['seed']}: {directory.name} {args.split} accuracy {scores['all']:.2f} "
                   f"(OOV {scores['oov']:.2f} of {scores['oov_words']} words, ambiguous {scores['ambiguous']:.2f})")
     except RUN_ERRORS as err:  # TreebankError among them
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return console.fail(err)
     summary = {metric: {"mean": float(np.nanmean([r[metric] for r in per_seed])),
                         "std": float(np.std([r[metric] for r in per_seed], ddof=1)) if len(per_seed) > 1 else 0.0}
                for metric in GROUPS}

@@ -58,8 +58,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.demo:
             place_demo(cfg, Path("runs") / "tagging" / "demo" / cfg.variant)
     except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return console.fail(err)
     from common.utils.runtime import resolve_device
 
     from common.training import seed_run_files
@@ -74,8 +73,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             cfg.treebank = DEMO_TREEBANK
         results = run(cfg, progress=not args.no_progress)
     except RUN_ERRORS as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return console.fail(err)
     test, out_dir = results["test"], default_out_dir(cfg)
     print(f"{results['treebank']} {results['label']}: test accuracy {test['all']['mean']:.2f} +- "
           f"{test['all']['std']:.2f} (OOV {test['oov']['mean']:.2f}, ambiguous {test['ambiguous']['mean']:.2f}) "

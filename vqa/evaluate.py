@@ -210,8 +210,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                               not args.no_mc_dropout, args.p_threshold, args.seed, args.batch_size, args.out,
                               not args.no_progress, runtime_from(args), args.rules)
     except (FileNotFoundError, VQADataError, DeviceError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return console.fail(err)
     scored = ScoredSeed.from_record(report)
     console.say(scored.line())
     written = [report["report_file"]]

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-from common.utils import atomic_write_json
+from common.utils import atomic_write_json, console
 
 from .evaluation import RULES, VQAAccuracy, load_submission, vqa_accuracy
 
@@ -47,8 +47,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         accuracy = score_files(args.results, args.annotations, args.rules)
     except (FileNotFoundError, VQADataError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return console.fail(err)
     print(f"overall {accuracy.overall:.2f} ({len(accuracy.per_question)} questions, rules {args.rules})")
     for kind, value in accuracy.per_answer_type.items():
         print(f"{kind} {value:.2f}")

@@ -44,8 +44,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         cfg = load_config(overrides, args.config, demo=args.demo)
     except (ValueError, FileNotFoundError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return console.fail(err)
     # the config is valid: now torch, the data and the model
     from common.utils.runtime import DeviceError, resolve_device
 
@@ -63,8 +62,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         f"(written to {cfg.data_root}); its accuracy shows the pipeline works, not what MCAN can do")
         results = run(cfg, progress=not args.no_progress)
     except (VQADataError, DeviceError, ValueError, FileNotFoundError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return console.fail(err)
     final, out_dir = results["final_eval"], default_out_dir(cfg)
     print(f"MCAN {results['attention']}: {len(results['epochs'])} epochs, {results['train_seconds']:.0f} s of training"
           + (f", {cfg.data.eval_split} accuracy {final['overall']:.2f} "

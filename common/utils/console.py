@@ -66,6 +66,13 @@ def say(message: str) -> None:
     tqdm.write(message, file=sys.stderr)
 
 
+def fail(error: Union[BaseException, str], status: int = 2) -> int:
+    """``error: <message>`` on stderr, the one line a command ends with on bad input or a failed run; returns the
+    exit status (2: the command was used wrongly or its inputs are bad) for ``main`` to return."""
+    print(f"error: {error}", file=sys.stderr)
+    return status
+
+
 def _duration(seconds: float) -> str:
     seconds = int(round(seconds))
     hours, rest = divmod(seconds, 3600)

@@ -163,3 +163,10 @@ def test_terminal_bars_show_the_smoothed_eta_and_the_moved_bound(monkeypatch):
     assert str(epochs._bar).startswith("seed 2 epoch 0 of at most 57 [")
     for bar in (seeds, epochs):
         bar.close()
+
+
+def test_a_failing_command_ends_with_one_error_line_and_its_status(capsys):
+    assert console.fail(FileNotFoundError("data/x.tsv is missing: put it back")) == 2
+    assert console.fail("no pretrained model", 1) == 1
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == "error: data/x.tsv is missing: put it back\nerror: no pretrained model\n"

@@ -137,8 +137,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         record = evaluate_run(args.run, args.split, args.data_root, not args.no_prune, args.batch_size,
                               not args.no_progress, runtime_from(args))
     except (VQADataError, DeviceError, FileNotFoundError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return console.fail(err)
     scored = ScoredSeed.from_record(record)
     console.say(scored.line())
     accuracy = record["accuracy"]

@@ -46,8 +46,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         cfg = load_config(args.variant, overrides, args.config, demo=args.demo)
     except (FileNotFoundError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return console.fail(err)
     # the config is valid: now torch, transformers, the data and the model
     from common.utils.runtime import DeviceError, resolve_device
     from vqa.data import VQADataError
@@ -65,8 +64,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         f"that the pipeline works, its accuracy says nothing about LXMERT")
         results = run(cfg, progress=not args.no_progress)
     except (VQADataError, DeviceError, FileNotFoundError, ValueError) as err:  # PretrainedError is a ValueError
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return console.fail(err)
     final, out_dir = results["final_eval"], default_out_dir(cfg)
     accuracy = (f"{cfg.data.eval_split} accuracy {final['overall']:.2f} "
                 f"({format_answer_types(final['per_answer_type'])})" if final else "no evaluation")
