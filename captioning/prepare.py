@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import sys
 from collections import Counter
 from pathlib import Path
@@ -29,7 +28,7 @@ from typing import Optional, Sequence, Union
 
 from common.text import Vocabulary
 from common.utils import atomic_write_json, cache_dir, console, default_data_root
-from common.utils.inputs import blank_content
+from common.utils.inputs import read_json
 
 SPLITS = ("train", "restval", "val", "test")
 TRAIN_SPLITS = ("train", "restval")
@@ -48,16 +47,7 @@ KARPATHY_FIX = ("download Karpathy's caption_datasets.zip (https://cs.stanford.e
 
 def load_karpathy(path: Union[str, Path]) -> list[dict]:
     """The validated ``images`` of a Karpathy ``dataset_*.json``."""
-    path = Path(path)
-    if not path.is_file():
-        raise CaptionDataError(f"{path} does not exist: {KARPATHY_FIX}, or pass --dataset-json")
-    text = path.read_text(encoding="utf-8")
-    if not text.strip():
-        raise CaptionDataError(f"{path}: no images: {blank_content(path)}; {KARPATHY_FIX}")
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise CaptionDataError(f"{path} is not valid JSON ({err}); download it again") from None
+    data = read_json(path, "Karpathy split", "images", KARPATHY_FIX, CaptionDataError)
     images = data.get("images") if isinstance(data, dict) else None
     if not isinstance(images, list):
         raise CaptionDataError(f"{path}: expected a JSON object with an 'images' list (Karpathy's format)")

@@ -22,14 +22,13 @@ with the same two steps and then deletes commas; :func:`soft_score` is its ``get
 """
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Dict, Iterable, Mapping, Optional, Sequence, Union
 
 from common.utils import atomic_write_json
-from common.utils.inputs import blank_content
+from common.utils.inputs import read_json
 
 if TYPE_CHECKING:  # torch only for the training targets: vqa.score and the CLIs' --help need none
     import torch
@@ -148,16 +147,7 @@ class AnswerVocab:
     @classmethod
     def load(cls, path: Union[str, Path]) -> "AnswerVocab":
         """MCAN ``answer_dict.json``, LXMERT ``trainval_ans2label.json`` or ``trainval_label2ans.json``."""
-        path = Path(path)
-        if not path.is_file():
-            raise FileNotFoundError(f"answer vocabulary {path} does not exist; {ANSWERS_FIX}")
-        text = path.read_text(encoding="utf-8")
-        if not text.strip():
-            raise ValueError(f"{path}: no answers: {blank_content(path)}; {ANSWERS_FIX}")
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{path} is not valid JSON ({err})") from None
+        data = read_json(path, "answer vocabulary", "answers", ANSWERS_FIX, missing=FileNotFoundError)
         if not data:
             raise ValueError(f"{path}: no answers: the answer vocabulary is empty; {ANSWERS_FIX}")
         if isinstance(data, list) and len(data) == 2 and all(isinstance(d, dict) for d in data):

@@ -14,7 +14,6 @@ same formats and is simply one more split to train on.
 """
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter
 from pathlib import Path
@@ -28,7 +27,7 @@ from torch.utils.data import Dataset
 from common.features import RegionFeatures, RegionFeatureStore, pad_regions
 from common.text import Vocabulary
 from common.utils import default_data_root
-from common.utils.inputs import blank_content
+from common.utils.inputs import read_json
 
 from .answers import AnswerVocab
 
@@ -54,16 +53,7 @@ GLOVE_FIX = ("download glove.840B.300d.txt (or another GloVe text file) and set 
 
 def _read_json(path: PathLike, what: str, key: str) -> List[dict]:
     """The ``key`` list of an official ``what`` file; VQADataError when it is missing, malformed or empty."""
-    path = Path(path)
-    if not path.is_file():
-        raise VQADataError(f"{what} file {path} does not exist; {VQA_FILES_FIX}")
-    text = path.read_text(encoding="utf-8")
-    if not text.strip():
-        raise VQADataError(f"{path}: no {what}: {blank_content(path)}; {VQA_FILES_FIX}")
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise VQADataError(f"{path} is not valid JSON ({err}); download it again") from None
+    data = read_json(path, what, what, VQA_FILES_FIX, VQADataError)
     if not isinstance(data, dict) or not isinstance(data.get(key), list):
         raise VQADataError(f"{path}: expected a JSON object with a {key!r} list (the official {what} format)")
     if not data[key]:

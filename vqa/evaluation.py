@@ -24,14 +24,13 @@ binary halves away from zero, :func:`py2_round`).
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Dict, Iterable, Mapping, Optional, Sequence, Union
 
 from common.utils import atomic_write_json
-from common.utils.inputs import blank_content
+from common.utils.inputs import read_json
 
 from .answers import clean_answer, normalize_answer, process_punctuation
 
@@ -162,17 +161,7 @@ _RESULTS_FIX = "write one with python -m vqa.evaluate (a list of {question_id, a
 
 def load_submission(path: Union[str, Path]) -> Dict[int, str]:
     """A results file in the official format as ``{question_id: answer}``."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise FileNotFoundError(f"results file {path} does not exist") from None
-    if not text.strip():
-        raise ValueError(f"{path}: no predictions: {blank_content(path)}; {_RESULTS_FIX}")
-    try:
-        rows = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{path} is not valid JSON ({err})") from None
+    rows = read_json(path, "results", "predictions", _RESULTS_FIX, missing=FileNotFoundError)
     if not isinstance(rows, list):
         raise ValueError(f"{path}: the official results format is a list of {{question_id, answer}}")
     if not rows:

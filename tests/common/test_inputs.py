@@ -1,9 +1,10 @@
-"""common.utils.inputs.blank_content: why a file holds nothing to read, plain or gzip, with or without a header."""
+"""common.utils.inputs: why a file holds nothing to read (plain or gzip, with or without a header), and a JSON file read
+with errors that name the file and the fix."""
 import gzip
 
 import pytest
 
-from common.utils.inputs import blank_content
+from common.utils.inputs import blank_content, read_json
 
 
 @pytest.mark.parametrize("data, header, reason", [
@@ -16,3 +17,24 @@ def test_blank_content(tmp_path, data, header, reason, gz):
     path = tmp_path / ("f.tsv.gz" if gz else "f.tsv")
     path.write_bytes(gzip.compress(data) if gz else data)
     assert blank_content(path, header) == reason
+
+
+class BadInput(ValueError):
+    pass
+
+
+def test_read_json_names_the_file_and_the_fix_of_each_failure(tmp_path):
+    path = tmp_path / "answers.json"
+    fix = "use MCAN's answer_dict.json"
+    with pytest.raises(FileNotFoundError, match=f"^answer vocabulary file {path} does not exist; {fix}$"):
+        read_json(path, "answer vocabulary", "answers", fix, BadInput, missing=FileNotFoundError)
+    with pytest.raises(BadInput, match=f"^answer vocabulary file {path} does not exist"):
+        read_json(path, "answer vocabulary", "answers", fix, BadInput)
+    path.write_text(" \n")
+    with pytest.raises(BadInput, match=f"^{path}: no answers: the file holds only blank lines; {fix}$"):
+        read_json(path, "answer vocabulary", "answers", fix, BadInput)
+    path.write_text('{"yes": 0,')
+    with pytest.raises(BadInput, match=rf"^{path} is not valid JSON \(.*line 1 column 11.*\); {fix}$"):
+        read_json(path, "answer vocabulary", "answers", fix, BadInput)
+    path.write_text('{"yes": 0}')
+    assert read_json(path, "answer vocabulary", "answers", fix) == {"yes": 0}
