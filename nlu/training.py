@@ -32,7 +32,7 @@ import torch
 from omegaconf import DictConfig
 
 from common import attention
-from common.text.batching import bucketed_order
+from common.text.batching import epoch_batches
 from common.training import Engine, Plan, Task, TrainState, seed_seconds, seed_summary, train_seeds
 from common.utils import atomic_write_json, console, default_data_root, results_record, seed_everything
 from common.utils.config import deviation_note, to_dict
@@ -120,14 +120,9 @@ class GlueTask(Task):
     def updates(self, epoch: int) -> List[List[List[int]]]:
         """The updates of ``epoch``, each ``train.accumulation`` batches: a function of the seed and the epoch only,
         so a resumed epoch replays them."""
-        generator = torch.Generator().manual_seed(self.seed * 100_003 + epoch)
-        size, accumulation = self.cfg.train.batch_size, self.cfg.train.accumulation
-        if self.cfg.train.bucket:
-            batches = bucketed_order(self.data.train.lengths, size, generator)
-        else:
-            perm = torch.randperm(len(self.data.train), generator=generator).tolist()
-            batches = [perm[i:i + size] for i in range(0, len(perm), size)]
-        return [batches[i:i + accumulation] for i in range(0, len(batches), accumulation)]
+        train = self.cfg.train
+        batches = epoch_batches(self.data.train.lengths, train.batch_size, self.seed, epoch, train.bucket)
+        return [batches[i:i + train.accumulation] for i in range(0, len(batches), train.accumulation)]
 
     def train_step(self, update: List[List[int]], state: TrainState) -> Dict[str, torch.Tensor]:
         """One update over the batches of ``update``: their mean loss and KL."""

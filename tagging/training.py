@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from omegaconf import DictConfig
 
 from common import attention
-from common.text.batching import bucketed_order
+from common.text.batching import epoch_batches
 from common.training import Engine, Plan, Task, TrainState, seed_seconds, seed_summary, train_seeds
 from common.utils import atomic_save, atomic_write_json, console, default_data_root, results_record, seed_everything
 from common.utils.config import deviation_note, packaged_preset, preset_deviations, to_dict
@@ -75,12 +75,8 @@ class TaggingTask(Task):
 
     def updates(self, epoch: int) -> List[List[int]]:
         """The batches of ``epoch``: a function of the seed and the epoch only, so a resumed epoch replays them."""
-        generator = torch.Generator().manual_seed(self.seed * 100_003 + epoch)
-        train, size = self.treebank.chunks["train"], self.cfg.train.batch_size
-        if self.cfg.train.bucket:
-            return bucketed_order([len(c.words) for c in train], size, generator)
-        perm = torch.randperm(len(train), generator=generator).tolist()
-        return [perm[i:i + size] for i in range(0, len(perm), size)]
+        lengths = [len(chunk.words) for chunk in self.treebank.chunks["train"]]
+        return epoch_batches(lengths, self.cfg.train.batch_size, self.seed, epoch, self.cfg.train.bucket)
 
     def train_step(self, update: List[int], state: TrainState) -> Dict[str, torch.Tensor]:
         (batch,) = batches(self.treebank.chunks["train"], self.cfg.train.batch_size, [update])

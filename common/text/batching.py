@@ -19,6 +19,17 @@ def bucketed_order(lengths: Sequence[int], batch_size: int, generator: torch.Gen
     return [out[i] for i in torch.randperm(len(out), generator=generator).tolist()]
 
 
+def epoch_batches(lengths: Sequence[int], batch_size: int, seed: int, epoch: int, bucket: bool = True
+                  ) -> List[List[int]]:
+    """The training batches of ``epoch``, a function of the seed and the epoch only (a resumed epoch replays them):
+    :func:`bucketed_order` when ``bucket``, else random batches of a fresh permutation."""
+    generator = torch.Generator().manual_seed(seed * 100_003 + epoch)
+    if bucket:
+        return bucketed_order(lengths, batch_size, generator)
+    perm = torch.randperm(len(lengths), generator=generator).tolist()
+    return [perm[i:i + batch_size] for i in range(0, len(perm), batch_size)]
+
+
 def length_sorted_batches(lengths: Sequence[int], batch_size: int) -> List[List[int]]:
     """Evaluation batches of examples sorted by length (least padding; the order changes no metric)."""
     ranked = sorted(range(len(lengths)), key=lambda i: lengths[i])

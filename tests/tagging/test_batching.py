@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import random
 
+import pytest
 import torch
 
-from common.text.batching import bucketed_order
+from common.text.batching import bucketed_order, epoch_batches
 from tagging.data import PAD, Chunk, Sentence, Vocabulary, batches, collate, encode, length_sorted_order
 
 VOCAB = Vocabulary.build([Sentence(["ab", "abc", "b", "ca"], ["X"] * 4)], vocab_fraction=1.0)
@@ -84,3 +85,18 @@ def test_length_sorted_order_covers_every_chunk_once_by_length():
     assert sorted(flat) == list(range(53))
     assert [lengths[i] for i in flat] == sorted(lengths)
     assert order == length_sorted_order(_fake_chunks(lengths), 10)
+
+
+@pytest.mark.parametrize("bucket", [True, False])
+def test_an_epochs_batches_depend_on_the_seed_and_the_epoch_only(bucket):
+    """epoch_batches (the tagger's and the GLUE fine-tuning's): every example once per epoch, the same batches for
+    the same (seed, epoch), so a resumed epoch replays them, and other batches for another epoch or seed."""
+    lengths = [random.Random(1).randint(1, 60) for _ in range(101)]
+    batches = epoch_batches(lengths, 8, seed=2, epoch=3, bucket=bucket)
+    assert sorted(i for batch in batches for i in batch) == list(range(101)) and len(batches) == 13
+    assert batches == epoch_batches(lengths, 8, seed=2, epoch=3, bucket=bucket)
+    assert batches != epoch_batches(lengths, 8, seed=2, epoch=4, bucket=bucket)
+    assert batches != epoch_batches(lengths, 8, seed=3, epoch=3, bucket=bucket)
+    if not bucket:  # random batches: consecutive slices of one permutation
+        perm = torch.randperm(101, generator=torch.Generator().manual_seed(2 * 100_003 + 3)).tolist()
+        assert batches == [perm[i:i + 8] for i in range(0, 101, 8)]
