@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from tests.scripts import load_script
+from tests.scripts import committed_table, load_script
 
 TREEBANKS = [f"UD_Toy-{i}" for i in range(6)]
 
@@ -116,14 +116,10 @@ def test_the_docs_table_is_the_committed_table_json(table_script):
     """docs/tagging.md's grid table is rebuilt from docs/tables/pos-table.json (the grid's per-seed records), line
     for line, and the committed statistics are what the current script computes from those records."""
     import json
-    from pathlib import Path
 
-    root = Path(__file__).resolve().parents[2]
-    saved = json.loads((root / "docs" / "tables" / "pos-table.json").read_text())
+    saved, in_docs = committed_table("pos-table.json", "tagging.md", "pos-grid")
     again = table_script.build_table(table_script.found_in_table(saved))
     assert json.loads(json.dumps(again)) == saved
-    doc = (root / "docs" / "tagging.md").read_text()
-    start = doc.index("<!-- pos-grid -->\n") + len("<!-- pos-grid -->\n")
-    assert doc[start:doc.index("<!-- /pos-grid -->")] == table_script.markdown(again, table_script.treebanks_of(again))
+    assert in_docs == table_script.markdown(again, table_script.treebanks_of(again))
     assert all(len(seeds) == row["per_treebank"][tb]["n"]  # each cell's n is its seeds' records
                for row in saved.values() for tb, seeds in row["per_seed"].items())
