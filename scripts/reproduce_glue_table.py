@@ -213,6 +213,8 @@ def spread(stats: dict) -> str:
 
 
 def markdown(table: dict) -> str:
+    from common.metrics.paired import format_p
+
     lines = ["| task | row | dev metrics, mean +- std (n) | BAM - softmax arm, 95% CI (MDD, n) | Holm p (m) | verdict "
              "| paper, ALBERT-base |", "|---|---|---|---|---|---|---|"]
     for task, t in table["tasks"].items():
@@ -224,7 +226,7 @@ def markdown(table: dict) -> str:
                              if m in paired) or "-"
             paper = t["paper_albert"]
             cited = "-" if paper is None else f"{paper[0] if ROWS[row].baseline is None else paper[1]:.1f}"
-            holm = f"{entry['p_holm']:.3f} ({entry['family_size']})" if "p_holm" in entry else "-"
+            holm = f"{format_p(entry['p_holm'])} ({entry['family_size']})" if "p_holm" in entry else "-"
             lines.append(f"| {task} | {row} ({', '.join(entry['encoders'])}) | {metrics} | {diff} | {holm} | "
                          f"{entry.get('verdict', '-')} | {cited} |")
     lines += ["", "Dev set at the last update (no selection on dev). Paired: the same seeds (data order and head "

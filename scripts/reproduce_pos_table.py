@@ -222,6 +222,8 @@ def treebanks_of(rows: dict) -> List[str]:
 
 
 def markdown(rows: dict, treebanks: List[str]) -> str:
+    from common.metrics.paired import format_p
+
     order = [r for r in list(VARIANT_NAMES) + sorted(rows) if r in rows]
     order = list(dict.fromkeys(order))
     short = [tb.replace("UD_", "") for tb in treebanks]
@@ -257,9 +259,9 @@ def markdown(rows: dict, treebanks: List[str]) -> str:
         e = rows[r]
         d, speed = e.get("vs_pe_add"), e.get("vs_pe_add_speed")
         diff = f"{d['mean']:+.2f} [{d['low']:+.2f}, {d['high']:+.2f}] ({d['mdd']:.2f}, {d['n']})" if d else "—"
-        holm = f"{d['p_holm']:.3f}" if d else "—"
-        tost = f"{d['tost']['p_holm']:.3f} [{d['tost']['low']:+.2f}, {d['tost']['high']:+.2f}]" if d else "—"
-        fast = (f"{speed['mean']:+.2f} [{speed['low']:+.2f}, {speed['high']:+.2f}], {speed['p_holm']:.3f}"
+        holm = format_p(d["p_holm"]) if d else "—"
+        tost = f"{format_p(d['tost']['p_holm'])} [{d['tost']['low']:+.2f}, {d['tost']['high']:+.2f}]" if d else "—"
+        fast = (f"{speed['mean']:+.2f} [{speed['low']:+.2f}, {speed['high']:+.2f}], {format_p(speed['p_holm'])}"
                 if speed else "—")
         lines.append(f"| {e['label']} | {e['treebanks']} | {e['runs']} | {ms(e, 'macro_all')} | {ms(e, 'macro_oov')} | "
                      f"{ms(e, 'macro_ambiguous')} | {ms(e, 'macro_oov_index')} | {ms(e, 'macro_ambiguous_index')} | "

@@ -20,7 +20,7 @@ from scipy import optimize, stats
 
 __all__ = ["PairedDifference", "BootstrapDifference", "paired_t", "minimal_detectable_difference",
            "paired_bootstrap", "random_effects_mean", "paired_p_value", "equivalence_tost", "holm_adjust",
-           "bleu_item_stats", "cider_item_scores"]
+           "format_p", "bleu_item_stats", "cider_item_scores"]
 
 
 class _Record:
@@ -187,6 +187,11 @@ def equivalence_tost(a: Sequence[float], b: Sequence[float], margin: float, alph
         p = max(float(stats.t.sf((mean + margin) / se, n - 1)), float(stats.t.cdf((mean - margin) / se, n - 1)))
     half = float(stats.t.ppf(1 - alpha, n - 1)) * se
     return {"p": p, "low": mean - half, "high": mean + half, "margin": margin, "alpha": alpha, "n": n}
+
+
+def format_p(p: float) -> str:
+    """A p-value for a table: three decimals, ``<0.001`` below that (never a bare ``0.000``)."""
+    return "<0.001" if p < 0.001 else f"{p:.3f}"
 
 
 def holm_adjust(pvalues: Sequence[float]) -> list:

@@ -118,3 +118,9 @@ def test_equivalence_tost_against_the_two_one_sided_tests():
     wide = equivalence_tost(a, a + np.array([2.0, -1.5, 1.8, -2.2, 0.4]), margin=1.0)
     assert wide["p"] > 0.05 and (wide["low"] < -1 or wide["high"] > 1)
     assert paired_p_value(a, b) == pytest.approx(st.ttest_rel(b, a).pvalue)
+
+
+def test_a_table_p_value_never_reads_zero():
+    from common.metrics.paired import format_p
+
+    assert [format_p(p) for p in (0.0, 4e-4, 0.001, 0.0126, 1.0)] == ["<0.001", "<0.001", "0.001", "0.013", "1.000"]
