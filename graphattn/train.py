@@ -44,6 +44,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except ValueError as err:
         return console.fail(err)
     from common.training import seed_run_files
+
     from .training import RUN_ERRORS, default_out_dir, run
 
     try:

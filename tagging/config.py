@@ -1,11 +1,12 @@
 """Configs: ``tagging/configs/tagging.yaml``, then a user YAML (``--config``), then ``key=value`` overrides."""
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Dict, Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
-from common.utils.config import DROPOUT, Rule, at_least, layer_configs, packaged_config, packaged_preset
+from common.utils.config import (DROPOUT, Rule, at_least, layer_configs, packaged_config, packaged_preset,
+                                 preset_deviations)
 
 #: The treebanks of the paper's 47 (``pdufter/convatt`` ``ud_parallel.py``) staged under ``<data_root>/ud``.
 PAPER_TREEBANKS = ("UD_Afrikaans-AfriBooms", "UD_English-GUM", "UD_English-LinES", "UD_French-Sequoia",
@@ -42,3 +43,8 @@ def load_config(overrides: Sequence[str] = (), config_file: Optional[str] = None
         raise ValueError(f"model.heads={cfg.model.heads} must divide the input width {width} (word_dim + char_dim"
                          f"{' + concat_position_dim' if cfg.variant == 'pe-con' else ''})")
     return cfg
+
+
+def deviations(cfg: DictConfig) -> Dict[str, dict]:
+    """The keys where ``cfg`` differs from what its preset sets, ``{key: {"preset": .., "run": ..}}``."""
+    return preset_deviations(cfg, packaged_preset("tagging", cfg.preset, PRESETS))

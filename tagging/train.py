@@ -59,9 +59,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             place_demo(cfg, Path("runs") / "tagging" / "demo" / cfg.variant)
     except ValueError as err:
         return console.fail(err)
+    from common.training import seed_run_files
     from common.utils.runtime import resolve_device
 
-    from common.training import seed_run_files
     from .training import RUN_ERRORS, default_out_dir, run
 
     try:

@@ -29,11 +29,11 @@ from common import attention
 from common.text.batching import epoch_batches
 from common.training import Engine, Plan, Task, TrainState, seed_seconds, seed_summary, train_seeds
 from common.utils import atomic_save, atomic_write_json, console, default_data_root, results_record, seed_everything
-from common.utils.config import deviation_note, packaged_preset, preset_deviations, to_dict
+from common.utils.config import deviation_note, to_dict
 from common.utils.runs import mean_std
 from common.utils.runtime import DeviceError, Runtime
 
-from .config import PRESETS
+from .config import deviations
 from .data import Treebank, TreebankError, batches, load_treebank
 from .model import variant_label
 from .predict import build_model, dev_accuracy, evaluate
@@ -152,7 +152,7 @@ def run(cfg: DictConfig, progress: bool = True) -> dict:
     seeds = list(range(cfg.first_seed, cfg.first_seed + cfg.seeds))
     console.say(f"{treebank.name} {label}: {len(treebank.chunks['train'])} training chunks, "
                 f"{len(treebank.vocab.words)} words, {len(treebank.vocab.chars)} characters, on {runtime.device}")
-    differs = preset_deviations(cfg, packaged_preset("tagging", cfg.preset, PRESETS))
+    differs = deviations(cfg)
     if differs:
         console.say(deviation_note(f"--preset {cfg.preset}", differs))
     per_seed = train_seeds(out_dir, to_dict(cfg), RESUMABLE_KEYS, seeds,
