@@ -35,8 +35,8 @@ from pathlib import Path
 import torch
 from torch_geometric.utils import softmax as pyg_softmax
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _measure import (  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks._measure import (  # noqa: E402
     cuda_peak_mb, environment, in_subprocess, interleaved_times, kernels_off, peak_memory_mb, write_json,
 )
 

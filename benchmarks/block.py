@@ -57,11 +57,11 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _dense_baselines as baselines  # noqa: E402
-from _dense_baselines import Inputs  # noqa: E402
-from _measure import (cuda_peak_mb, environment, first_call_s, in_subprocess, interleaved_times,  # noqa: E402
-                      paired_ratio, peak_memory_mb, rotated_times, write_json)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks import _dense_baselines as baselines  # noqa: E402
+from benchmarks._dense_baselines import Inputs  # noqa: E402
+from benchmarks._measure import (cuda_peak_mb, environment, first_call_s, in_subprocess, interleaved_times,  # noqa: E402
+                                 paired_ratio, peak_memory_mb, rotated_times, write_json)
 
 from common import attention  # noqa: E402
 from common.attention.blocks import Attend, MultiHeadAttention  # noqa: E402

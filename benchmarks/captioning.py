@@ -29,12 +29,11 @@ from typing import Callable
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from _measure import environment, write_json  # noqa: E402
+from benchmarks._measure import environment, write_json  # noqa: E402
 
 from captioning.models import Att2in, Att2inConfig  # noqa: E402
-from captioning.training import caption_nll  # noqa: E402
+from captioning.models import caption_nll  # noqa: E402
 from common import attention  # noqa: E402
 from common.utils.runtime import Runtime  # noqa: E402
 

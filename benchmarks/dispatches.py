@@ -22,7 +22,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.dispatch_counts import attend_call, mcan_step, meta_gpu  # noqa: E402
 
-from _measure import environment, write_json  # noqa: E402
+from benchmarks._measure import environment, write_json  # noqa: E402
 
 ATTEND_CASES = {"bf16": dict(dtype=torch.bfloat16, mask=False), "fp32-padded": dict(dtype=torch.float32, mask=True)}
 

@@ -34,10 +34,9 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, RandomSampler
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _measure import environment, write_json  # noqa: E402
+from benchmarks._measure import environment, write_json  # noqa: E402
 from common.features import RegionFeatureStore, RegionFeatureWriter, pad_regions  # noqa: E402
 from common.utils.runtime import Runtime  # noqa: E402
 

@@ -40,7 +40,7 @@ from common.attention import aux_losses  # noqa: E402
 from vqa.lxmert import Adaptation, adapt_lxmert, pruned_layers, vqa_loss  # noqa: E402
 from vqa.lxmert.flops import NUM_ANSWERS, count_flops, dummy_inputs  # noqa: E402
 
-from _measure import (  # noqa: E402
+from benchmarks._measure import (  # noqa: E402
     _rss_kb, cuda_peak_mb, environment, in_subprocess, interleaved_wall_cpu, kernels_off, write_json,
 )
 

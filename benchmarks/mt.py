@@ -34,7 +34,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _measure import environment, write_json  # noqa: E402
+from benchmarks._measure import environment, write_json  # noqa: E402
 
 from common.utils import default_data_root  # noqa: E402
 from mt.batching import iterate_batches, token_batches  # noqa: E402

@@ -39,7 +39,7 @@ from common.utils import atomic_write_json, environment  # noqa: E402
 from common.utils.runtime import COMPILE_MODES, PRECISIONS, Runtime  # noqa: E402
 from vqa.mcan import MCAN, MCANConfig  # noqa: E402
 
-from _measure import interleaved_wall_cpu  # noqa: E402
+from benchmarks._measure import interleaved_wall_cpu  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "results" / "vqa.json"
 
