@@ -184,3 +184,11 @@ class Att2in(nn.Module):
         tokens, _ = beam_search(self.step, state, features.shape[0], self.bos, eos, max_length,
                                 beam_size=beam_size, length_penalty=length_penalty, pad=self.pad)
         return tokens
+
+
+def caption_nll(log_probs: Tensor, captions: Tensor, pad: int) -> Tensor:
+    """Mean ``-log p(w_t | w_<t)`` over the real target words (``captions[..., 1:]`` that are not pad)."""
+    targets = captions.reshape(-1, captions.shape[-1])[:, 1:]
+    real = targets != pad
+    picked = log_probs[real].gather(1, targets[real].unsqueeze(1))  # padded rows (-inf at pad) never touched
+    return -picked.mean()

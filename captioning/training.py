@@ -2,19 +2,12 @@
 this module): self-critical.pytorch's ``configs/a2i2.yml`` recipe (``captioning/configs/att2in.yaml``) as a
 :class:`CaptioningTask` of :class:`common.training.Engine`. The loss is the mean negative log-likelihood of every
 caption word and ``<eos>``, plus, for BAM, ``kl.weight * f(iteration)`` times the KL averaged over decoding steps.
-
-Outputs in ``<out_dir>`` (default ``runs/captioning/<attention>``): ``config.json``, ``checkpoints/step_<update>.pt``
-after every epoch and on Ctrl-C (a rerun resumes exactly where the run stopped, on any device), ``best.pt`` (best
-val CIDEr: weights, config, vocabulary), ``metrics.jsonl`` + TensorBoard events (``step`` = update; ``train/loss``,
-``train/nll``, ``train/kl``, ``lr``, ``ss_prob`` and ``val/*`` per epoch), and ``results.json`` (best epoch and
-its val scores, per-epoch history, config, versions). Under ``torchrun --nproc_per_node 4 -m captioning.train``
-each process takes ``train.batch_size`` images of every global batch (``DistributedSampler``, reshuffled per epoch,
-a few images repeated to even out the last batch); only the first process validates and writes files.
-"""
+Under ``torchrun --nproc_per_node 4 -m captioning.train`` each process takes ``train.batch_size`` images of every
+global batch (``DistributedSampler``, reshuffled per epoch, a few images repeated to even out the last batch); only
+the first process validates and writes files. The files of a run: docs/captioning.md ("Outputs")."""
 from __future__ import annotations
 
 import time
-from contextlib import nullcontext
 from typing import Dict, List, Optional
 
 import torch
@@ -34,37 +27,13 @@ from .config import build_model, data_path, prepared_dir, run_dir, to_dict
 from .data import CaptionCorpus, CaptionDataset, collate
 from .evaluate import caption_images
 from .metrics import format_scores, score_captions
+from .models import caption_nll
 from .run_inputs import check_run_inputs
+from .schedule import learning_rate, ss_probability
 
 #: Config keys that may change between a run and its resumption (where files go, speed knobs, length).
 RESUMABLE_KEYS = ("data_root", "out_dir", "device", "eval", "train.num_threads", "train.num_workers", "train.epochs",
                   "train.precision", "train.compile")
-
-
-def caption_nll(log_probs: Tensor, captions: Tensor, pad: int) -> Tensor:
-    """Mean ``-log p(w_t | w_<t)`` over the real target words (``captions[..., 1:]`` that are not pad)."""
-    targets = captions.reshape(-1, captions.shape[-1])[:, 1:]
-    real = targets != pad
-    picked = log_probs[real].gather(1, targets[real].unsqueeze(1))  # padded rows (-inf at pad) never touched
-    return -picked.mean()
-
-
-def learning_rate(cfg: DictConfig, epoch: int) -> float:
-    """``lr * decay_rate ** ((epoch - decay_start) // decay_every)`` once ``epoch > decay_start``
-    (self-critical's ``learning_rate_decay_*``; a negative start turns decay off)."""
-    o = cfg.optim
-    if o.decay_start < 0 or epoch <= o.decay_start:
-        return o.lr
-    return o.lr * o.decay_rate ** ((epoch - o.decay_start) // o.decay_every)
-
-
-def ss_probability(cfg: DictConfig, epoch: int) -> float:
-    """The scheduled-sampling probability of ``epoch``: ``increase_prob`` more every ``increase_every`` epochs after
-    ``start`` (a negative start: never), at most ``max_prob``."""
-    s = cfg.scheduled_sampling
-    if s.start < 0 or epoch <= s.start:
-        return 0.0
-    return min(s.increase_prob * ((epoch - s.start) // s.increase_every), s.max_prob)
 
 
 class CaptioningTask(Task):
@@ -120,7 +89,7 @@ class CaptioningTask(Task):
 
     def train_step(self, batch: dict, state: TrainState) -> Dict[str, Tensor]:
         batch = self.runtime.to_device(batch)
-        with self.runtime.autocast(), attention.aux_losses() if self.cfg.kl.weight > 0 else nullcontext() as aux:
+        with self.runtime.autocast(), attention.aux_losses(self.cfg.kl.weight > 0) as aux:
             log_probs = self.forward(batch["features"], batch["mask"], batch["captions"], self.ss_prob)
         nll = caption_nll(log_probs, batch["captions"], self.corpus.vocab.pad)
         kl = aux.total() / log_probs.shape[1] if aux is not None else torch.zeros((), device=nll.device)

@@ -7,6 +7,7 @@ Resolution order (later wins): ``gat.yaml`` -> ``<dataset>.yaml`` -> the preset 
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Dict, Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf
@@ -101,3 +102,7 @@ def load_config(
                         defaults_name="graphattn/configs/gat.yaml", rules=RULES)
     cfg.dataset = name
     return cfg
+
+
+def default_out_dir(cfg: DictConfig) -> Path:
+    return Path(cfg.out_dir) if cfg.out_dir else Path("runs") / "gat" / cfg.dataset / cfg.attention.name

@@ -45,7 +45,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return console.fail(err)
     from common.training import seed_run_files
 
-    from .training import RUN_ERRORS, default_out_dir, run
+    from .config import default_out_dir
+    from .training import RUN_ERRORS, run
 
     try:
         results = run(cfg, progress=not args.no_progress)

@@ -4,18 +4,12 @@ line and the config before this module, torch and PyG are imported.
 :class:`GATTask` is the original GAT code's protocol (PetarV-/GAT ``execute_cora.py``) for the engine of
 :mod:`common.training`: full-batch Adam; after every epoch the validation loss and accuracy; ``patience`` epochs
 without either improving stop it, and the weights of the last epoch that improved both are tested
-(``--loader neighbor``: :mod:`graphattn.minibatch`). Under ``<out_dir>``: ``seed<k>/`` (``metrics.jsonl`` and
-TensorBoard, a row per epoch: ``train/{loss,ce,acc,kl,kl_weight}``, ``val/{loss,acc}``; ``checkpoints/``, on
-Ctrl-C and at the end only, as one per epoch would slow Cora's 10 ms epochs), ``seed<k>.pt`` (the tested
-weights, config, metrics and history) and ``seed<k>.json`` of each finished seed, ``config.json``,
-``results.json`` and the plots of :mod:`graphattn.plots`. A rerun reuses the finished seeds and resumes one
-stopped by Ctrl-C exactly.
-"""
+(``--loader neighbor``: :mod:`graphattn.minibatch`). Checkpoints are written on Ctrl-C and at the end only (one
+per epoch would slow Cora's 10 ms epochs). The files of a run: docs/graphattn.md."""
 from __future__ import annotations
 
 import math
 import time
-from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Dict, Optional, Sequence
 
@@ -24,15 +18,15 @@ import torch.nn.functional as F
 from omegaconf import DictConfig
 
 from common import attention
-from common.training import Engine, Plan, Task, TrainState, seed_seconds, train_seeds
-from common.utils import atomic_save, atomic_write_json, console, results_record, seed_everything
-from common.utils.config import deviation_note
-from common.utils.distributed import barrier, cleanup, wrap_model
+from common.training import Engine, Plan, Task, TrainState, seeds_record, train_seeds
+from common.utils import atomic_save, atomic_write_json, seed_everything
+from common.utils.config import note_deviations
+from common.utils.distributed import cleanup, main_first, wrap_model
 from common.utils.runs import mean_std
 from common.utils.runtime import DeviceError, Runtime
 
 from . import layerwise, minibatch
-from .config import deviations, to_dict
+from .config import default_out_dir, deviations, to_dict
 from .models import build_model, prepare_features, split_metrics
 
 if TYPE_CHECKING:
@@ -82,7 +76,7 @@ class GATTask(Task):
             x, edge_index, rows = self.x, self.data.edge_index, self.data.train_mask
             y = self.data.y[rows]
         collect = self.cfg.kl.weight > 0  # without a collector the BAM layers skip the KL entirely
-        with self.runtime.autocast(), attention.aux_losses() if collect else nullcontext() as aux:
+        with self.runtime.autocast(), attention.aux_losses(collect) as aux:
             logits = self.forward(x, edge_index)[rows].float()
         kl = self.model.kl(aux, self.cfg.kl.reduction) if collect else torch.zeros((), device=logits.device)
         correct, kl_weight = logits.detach().argmax(-1) == y, self.kl_weight(state.epoch)
@@ -166,10 +160,6 @@ def fit_seed(cfg: DictConfig, data: Data, seed: int, out_dir: Path, runtime: Run
     return metrics
 
 
-def default_out_dir(cfg: DictConfig) -> Path:
-    return Path(cfg.out_dir) if cfg.out_dir else Path("runs") / "gat" / cfg.dataset / cfg.attention.name
-
-
 def run(cfg: DictConfig, progress: bool = True, data: Optional[Data] = None) -> Optional[Dict]:
     """Train every seed of ``cfg`` (reusing finished seeds) and write ``results.json``; returns its contents.
     Under ``torchrun`` (``loader.kind=neighbor`` only) every process trains each seed on its share of the
@@ -179,8 +169,7 @@ def run(cfg: DictConfig, progress: bool = True, data: Optional[Data] = None) -> 
     env, out_dir, start = runtime.env, default_out_dir(cfg), time.perf_counter()
     seeds = list(range(cfg.first_seed, cfg.first_seed + cfg.seeds))
     differs = deviations(cfg)
-    if differs and env.is_main:
-        console.say(deviation_note(f"preset={cfg.preset}", differs))
+    note_deviations(f"preset={cfg.preset}", differs, enabled=env.is_main)
     try:
         if cfg.loader.kind == "neighbor":  # fail before loading anything
             minibatch.check_fanouts(cfg.loader.num_neighbors, num_layers=2)
@@ -188,14 +177,11 @@ def run(cfg: DictConfig, progress: bool = True, data: Optional[Data] = None) -> 
         elif env.distributed:
             raise ValueError(f"full-batch training runs in one process, not {env.world_size}: "
                              f"use --loader neighbor under torchrun")
-        if data is None:  # the main process first: the others would read the cache while it is written
+        if data is None:
             from .data import load_dataset
 
-            if not env.is_main:
-                barrier(env)
-            data = load_dataset(cfg.dataset, cfg.data_root)
-            if env.is_main:
-                barrier(env)
+            with main_first(env):  # the others would read the cache while it is written
+                data = load_dataset(cfg.dataset, cfg.data_root)
         data = data.to(runtime.device)
         per_seed = train_seeds(out_dir, to_dict(cfg), RESUMABLE_KEYS, seeds,
                                lambda seed: fit_seed(cfg, data, seed, out_dir, runtime, progress), _seed_line,
@@ -207,12 +193,11 @@ def run(cfg: DictConfig, progress: bool = True, data: Optional[Data] = None) -> 
     from .plots import plot_run
 
     accuracy = {split: [100 * m[split]["acc"] for m in per_seed] for split in ("test", "val")}
-    results = results_record(
-        to_dict(cfg), dataset=cfg.dataset, attention=cfg.attention.name, preset=cfg.preset,
+    results = seeds_record(
+        to_dict(cfg), per_seed, dataset=cfg.dataset, attention=cfg.attention.name, preset=cfg.preset,
         preset_deviations=differs, seeds=seeds,
         **{f"{split}_acc": {**mean_std(values), "per_seed": values} for split, values in accuracy.items()},
         epochs=[m["epochs"] for m in per_seed], runtime=runtime.describe(),
-        train_seconds=seed_seconds(per_seed),
         wall_seconds_this_run=time.perf_counter() - start, checkpoints=[str(out_dir / f"seed{s}.pt") for s in seeds])
     results["plots"] = [str(path) for path in plot_run(out_dir, results, per_seed)]
     atomic_write_json(out_dir / "results.json", results)

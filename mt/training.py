@@ -28,7 +28,7 @@ from omegaconf import DictConfig
 from common import attention
 from common.training import Engine, Plan, Task, TrainState
 from common.utils import atomic_save, console, seed_everything
-from common.utils.distributed import all_reduce_sum, barrier, round_robin, wrap_model
+from common.utils.distributed import all_reduce_sum, barrier, main_first, round_robin, wrap_model
 from common.utils.runtime import Runtime
 from common.utils.updates import check_updates
 
@@ -79,11 +79,9 @@ class TranslationTask(Task):
     def __init__(self, cfg: DictConfig, out_dir: Path, data_root: Path, runtime: Runtime):
         self.cfg, self.dir, self.runtime, self.env = cfg, out_dir, runtime, runtime.env
         seed_everything(cfg.seed)
-        for turn in ("main", "others"):  # the main process tokenises and caches; the others then read the cache
-            if (turn == "main") == self.env.is_main:
-                self.prepared = ensure_prepared(cfg.dataset, data_root, cfg.prepared_dir, cfg.data.num_merges,
-                                                progress=lambda m: print(m, file=sys.stderr))
-            barrier(self.env)
+        with main_first(self.env):  # the main process tokenises and caches; the others then read the cache
+            self.prepared = ensure_prepared(cfg.dataset, data_root, cfg.prepared_dir, cfg.data.num_merges,
+                                            progress=lambda m: print(m, file=sys.stderr))
         self.src_pad, self.tgt_pad = self.prepared.src_vocab.pad, self.prepared.tgt_vocab.pad
         self.train_data = load_split(self.prepared, cfg.data.train_split, cfg.data.max_len)
         # every pair lands in a batch (token_batches refuses a pair over the budget): no pair, no update

@@ -2,6 +2,7 @@
 <- ``--config`` file <- ``key=value``."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Dict, Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf
@@ -63,6 +64,23 @@ def deviations(cfg: DictConfig) -> Dict[str, dict]:
     arm does not differ in the keys that only act on BAM (:data:`BAM_ARM_KEYS`)."""
     return preset_deviations(cfg, preset_layer(cfg.preset, cfg.task), whole=("attention.options",),
                              skip=BAM_ARM_KEYS if cfg.attention.name == "softmax" else ())
+
+
+def named_preset(cfg: DictConfig) -> bool:
+    """Whether the run's preset is not the default (``standard``): its name then marks the run's directory."""
+    return cfg.preset not in (None, "standard")
+
+
+def run_label(cfg: DictConfig) -> str:
+    """The run's name in the log and the tables: the normalizer, and a named preset in brackets."""
+    return cfg.attention.name + (f" ({cfg.preset})" if named_preset(cfg) else "")
+
+
+def default_out_dir(cfg: DictConfig) -> Path:
+    if cfg.out_dir:
+        return Path(cfg.out_dir)
+    name = cfg.attention.name + (f"-{cfg.preset}" if named_preset(cfg) else "")
+    return Path("runs") / "glue" / cfg.task / name
 
 
 def _sets_options(overrides: Sequence[str], config_file: Optional[str]) -> bool:

@@ -9,10 +9,12 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 import torch
 from torch import Tensor, nn
 
+from common.attention.registry import is_stochastic
 from common.attention.surgery import swap_attention
+from common.utils.paths import default_data_root
 
-from .data import GlueSplit
-from .tasks import TaskSpec
+from .data import GlueSplit, read_split
+from .tasks import TaskSpec, get_task
 
 
 @dataclass
@@ -61,6 +63,13 @@ def load_classifier(model_dir: Path, task: TaskSpec, attention: Optional[Mapping
     return model, sorted({*info["missing_keys"], *(key for key, *_ in info["mismatched_keys"])})
 
 
+def attention_dropout(options) -> Optional[float]:
+    """The attention dropout of a config's ``attention`` options: ``noise_dropout`` for a stochastic normalizer when
+    set, else ``dropout`` (``None``: the checkpoint's own)."""
+    stochastic = options.noise_dropout is not None and is_stochastic(options.name)
+    return options.noise_dropout if stochastic else options.dropout
+
+
 def encode(tokenizer, split: GlueSplit, max_length: int) -> Encoded:
     """Token ids of every example of ``split`` (pairs truncated longest-first to ``max_length``)."""
     texts = (split.text_a,) if split.text_b is None else (split.text_a, split.text_b)
@@ -68,6 +77,26 @@ def encode(tokenizer, split: GlueSplit, max_length: int) -> Encoded:
     keys = [k for k in ("input_ids", "token_type_ids") if k in batch]
     features = [{k: batch[k][i] for k in keys} for i in range(len(split))]
     return Encoded(features, split.labels if split.labels is not None else [None] * len(split))
+
+
+@dataclass
+class GlueData:
+    """A task's train and dev splits, tokenized once for every seed."""
+
+    spec: TaskSpec
+    tokenizer: object
+    train: Encoded
+    dev: Encoded
+
+    @classmethod
+    def load(cls, cfg, model_dir: Path) -> "GlueData":
+        """``cfg.task``'s splits under ``cfg.data_root``, cut to ``cfg.data.max_length`` tokens."""
+        spec, root = get_task(cfg.task), default_data_root(cfg.data_root)
+        # both splits are read first: a bad file is refused before the tokenizer loads
+        splits = [read_split(spec, split, root) for split in ("train", "dev")]
+        tokenizer = load_tokenizer(model_dir)
+        train, dev = (encode(tokenizer, split, cfg.data.max_length) for split in splits)
+        return cls(spec, tokenizer, train, dev)
 
 
 def collate(tokenizer, encoded: Encoded, indices: Sequence[int], regression: bool) -> Dict[str, Tensor]:

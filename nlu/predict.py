@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from contextlib import nullcontext
-from typing import TYPE_CHECKING, Dict
+from typing import Dict
 
 import numpy as np
 import torch
@@ -13,11 +13,8 @@ from common.text.batching import length_sorted_batches
 from common.utils.runtime import Runtime
 
 from .metrics import compute_metrics
-from .model import Encoded, collate
+from .model import Encoded, GlueData, collate
 from .tasks import TaskSpec
-
-if TYPE_CHECKING:
-    from .training import GlueData
 
 
 @torch.no_grad()
@@ -39,7 +36,7 @@ def predict(model, tokenizer, spec: TaskSpec, encoded: Encoded, runtime: Runtime
     return out
 
 
-def evaluate(model, data: "GlueData", runtime: Runtime, batch_size: int, mc_samples: int = 0) -> Dict[str, float]:
+def evaluate(model, data: GlueData, runtime: Runtime, batch_size: int, mc_samples: int = 0) -> Dict[str, float]:
     """The task's official dev metrics, in percent."""
     predictions = predict(model, data.tokenizer, data.spec, data.dev, runtime, batch_size, mc_samples)
     return {name: 100 * value for name, value in compute_metrics(data.spec, predictions, data.dev.labels).items()}

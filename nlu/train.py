@@ -52,7 +52,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         cfg = load_config(overrides, args.config, args.preset)
     except ValueError as err:
         return console.fail(err)
-    from .training import RUN_ERRORS, default_out_dir, run
+    from .config import default_out_dir
+    from .training import RUN_ERRORS, run
 
     try:
         results = run(cfg, progress=not args.no_progress)

@@ -6,89 +6,38 @@ Recipe (BERT's, as ``transformers``' ``run_glue`` has it): the checkpoint's toke
 the learning rate warmed up linearly over ``optim.warmup_ratio`` of the updates (or ``optim.warmup_updates``)
 and then decayed linearly to 0, gradients clipped to ``optim.max_grad_norm``; ``train.epochs`` epochs, or
 ``train.max_updates`` updates; an update sums the gradients of ``train.accumulation`` batches (each loss
-divided by their number). The loss is the
-cross-entropy (STS-B: squared error) plus ``kl.weight * f(update) * KL`` for BAM normalizers, the KL
-summed over the layers; with ``kl.detach`` the KL carries no gradient (the authors' ALBERT code). The
-dev set is scored after every epoch and after the last update; the reported scores are the last ones (no
-selection on dev). Stochastic normalizers are evaluated with their mean weights, or by averaging
-``train.mc_samples`` sampled passes.
-
-Files under ``<out_dir>``: ``config.json``; ``seed<k>/`` with ``metrics.jsonl`` (+ TensorBoard events:
-``step`` = update, ``train/loss``, ``train/kl``, ``dev/<metric>``) and ``checkpoints/step_<update>.pt``
-(the newest resumable state: every ``train.checkpoint_every`` updates, at each epoch's end and on
-Ctrl-C); ``seed<k>.json`` once a seed is done; ``results.json`` (per seed and mean +- std (ddof=1) of
-every dev metric, in percent, with the config, versions and the keys where the run differs from its preset).
-Re-running the same command reuses finished seeds and resumes an unfinished one at its last checkpoint (same
-batches, same RNG state).
-"""
+divided by their number). The loss is the cross-entropy (STS-B: squared error) plus ``kl.weight * f(update) * KL``
+for BAM normalizers, the KL summed over the layers; with ``kl.detach`` the KL carries no gradient (the authors'
+ALBERT code). The dev set is scored after every epoch and after the last update; the reported scores are the last
+ones (no selection on dev). Stochastic normalizers are evaluated with their mean weights, or by averaging
+``train.mc_samples`` sampled passes. The files of a run: docs/nlu.md."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 import torch
 from omegaconf import DictConfig
 
 from common import attention
 from common.text.batching import epoch_batches
-from common.training import Engine, Plan, Task, TrainState, seed_seconds, seed_summary, train_seeds
-from common.utils import atomic_write_json, console, default_data_root, results_record, seed_everything
-from common.utils.config import deviation_note, to_dict
+from common.training import Engine, Plan, Task, TrainState, seeds_record, train_seeds
+from common.utils import atomic_write_json, console, seed_everything
+from common.utils.config import note_deviations, to_dict
 from common.utils.runtime import DeviceError, Runtime
 
-from .config import deviations
-from .data import GlueFormatError, read_split
-from .model import Encoded, collate, encode, load_classifier, load_tokenizer, parameter_groups, task_loss
+from .config import default_out_dir, deviations, run_label
+from .data import GlueFormatError
+from .model import GlueData, attention_dropout, collate, load_classifier, parameter_groups, task_loss
 from .predict import evaluate
 from .pretrained import PretrainedError, resolve_model
-from .tasks import TaskSpec, get_task
 
 #: Errors that end a run with a one-line message (exit status 2).
 RUN_ERRORS = (GlueFormatError, PretrainedError, DeviceError, ValueError, FileNotFoundError)
 #: Keys that may differ when a run resumes (they do not change what is computed).
 RESUMABLE_KEYS = ("device", "out_dir", "data_root", "seeds", "train.num_threads", "train.checkpoint_every",
                   "train.eval_batch_size")
-
-
-def named_preset(cfg: DictConfig) -> bool:
-    """Whether the run's preset is not the default (``standard``): its name then marks the run's directory."""
-    return cfg.preset not in (None, "standard")
-
-
-def default_out_dir(cfg: DictConfig) -> Path:
-    if cfg.out_dir:
-        return Path(cfg.out_dir)
-    name = cfg.attention.name + (f"-{cfg.preset}" if named_preset(cfg) else "")
-    return Path("runs") / "glue" / cfg.task / name
-
-
-@dataclass
-class GlueData:
-    """A task's train and dev splits, tokenized once for every seed."""
-
-    spec: TaskSpec
-    tokenizer: object
-    train: Encoded
-    dev: Encoded
-
-    @classmethod
-    def load(cls, cfg: DictConfig, model_dir: Path) -> "GlueData":
-        spec, root = get_task(cfg.task), default_data_root(cfg.data_root)
-        # both splits are read first: a bad file is refused before the tokenizer loads
-        splits = [read_split(spec, split, root) for split in ("train", "dev")]
-        tokenizer = load_tokenizer(model_dir)
-        train, dev = (encode(tokenizer, split, cfg.data.max_length) for split in splits)
-        return cls(spec, tokenizer, train, dev)
-
-
-def attention_dropout(options: DictConfig) -> Optional[float]:
-    """The attention dropout of ``attention`` options: ``noise_dropout`` for a stochastic normalizer when set, else
-    ``dropout`` (``None``: the checkpoint's own)."""
-    if options.noise_dropout is not None and attention.is_stochastic(options.name):
-        return options.noise_dropout
-    return options.dropout
 
 
 class GlueTask(Task):
@@ -174,9 +123,7 @@ def fit_seed(cfg: DictConfig, data: GlueData, model_dir: Path, seed: int, out_di
     task = GlueTask(cfg, data, model_dir, seed, out_dir / f"seed{seed}", runtime)
     plan = Plan(max_epochs=math.ceil(task.total / task.per_epoch), max_updates=task.total, log_every=10,
                 checkpoint_every=cfg.train.checkpoint_every)
-    state = Engine(runtime, task.dir, plan, desc=f"seed {seed} update", progress=progress,
-                   label=f"seed {seed}").fit(task)
-    return task.record(state)
+    return task.record(Engine(runtime, task.dir, plan, desc=f"seed {seed} update", progress=progress).fit(task))
 
 
 def run(cfg: DictConfig, progress: bool = True) -> dict:
@@ -184,25 +131,19 @@ def run(cfg: DictConfig, progress: bool = True) -> dict:
     runtime = Runtime.create(cfg.device, cfg.train.precision, threads=cfg.train.num_threads)
     model_dir = resolve_model(str(cfg.model))
     data = GlueData.load(cfg, model_dir)
-    out_dir = default_out_dir(cfg)
-    label = cfg.attention.name + (f" ({cfg.preset})" if named_preset(cfg) else "")
+    out_dir, label, differs = default_out_dir(cfg), run_label(cfg), deviations(cfg)
     seeds = list(range(cfg.first_seed, cfg.first_seed + cfg.seeds))
     console.say(f"{data.spec.name} {label}: {len(data.train)} training and {len(data.dev)} dev examples, "
                 f"{model_dir.name}, on {runtime.device}")
-    differs = deviations(cfg)
-    if differs:
-        console.say(deviation_note(f"--preset {cfg.preset}", differs))
+    note_deviations(f"--preset {cfg.preset}", differs)
     per_seed = train_seeds(out_dir, to_dict(cfg), RESUMABLE_KEYS, seeds,
                            lambda seed: fit_seed(cfg, data, model_dir, seed, out_dir, runtime, progress),
                            lambda record: f"dev {_scores(record['dev'])}, {record['train_seconds']:.0f} s", progress,
                            desc=f"{data.spec.name} {label} seeds")
-    summary = seed_summary(per_seed, ("dev", "dev_mc"))
-    record = results_record(to_dict(cfg), task=data.spec.name, model=str(model_dir), normalizer=cfg.attention.name,
-                            preset=cfg.preset, preset_deviations=differs, label=label,
-                            main_metric=data.spec.main_metric, seeds=seeds,
-                            examples={"train": len(data.train), "dev": len(data.dev)}, runtime=runtime.describe(),
-                            **summary, train_seconds=seed_seconds(per_seed),
-                            per_seed=per_seed)
+    record = seeds_record(to_dict(cfg), per_seed, ("dev", "dev_mc"), task=data.spec.name, model=str(model_dir),
+                          normalizer=cfg.attention.name, preset=cfg.preset, preset_deviations=differs, label=label,
+                          main_metric=data.spec.main_metric, seeds=seeds,
+                          examples={"train": len(data.train), "dev": len(data.dev)}, runtime=runtime.describe())
     atomic_write_json(out_dir / "results.json", record)
     return record
 

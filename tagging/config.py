@@ -1,6 +1,7 @@
 """Configs: ``tagging/configs/tagging.yaml``, then a user YAML (``--config``), then ``key=value`` overrides."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Dict, Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf
@@ -48,3 +49,10 @@ def load_config(overrides: Sequence[str] = (), config_file: Optional[str] = None
 def deviations(cfg: DictConfig) -> Dict[str, dict]:
     """The keys where ``cfg`` differs from what its preset sets, ``{key: {"preset": .., "run": ..}}``."""
     return preset_deviations(cfg, packaged_preset("tagging", cfg.preset, PRESETS))
+
+
+def default_out_dir(cfg: DictConfig) -> Path:
+    if cfg.out_dir:
+        return Path(cfg.out_dir)
+    name = cfg.variant if cfg.attention.name == "softmax" else f"{cfg.variant}-{cfg.attention.name}"
+    return Path("runs") / "tagging" / Path(str(cfg.treebank)).name / name

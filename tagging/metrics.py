@@ -9,7 +9,7 @@ group in two definitions:
 """
 from __future__ import annotations
 
-from typing import Dict, Iterable, Tuple
+from typing import Dict, Iterable, List, Optional, Tuple
 
 from torch import Tensor
 
@@ -38,3 +38,9 @@ def accuracies(predictions: Iterable[Tuple[Batch, Tensor]]) -> Dict[str, float]:
     out = {group: 100.0 * correct[group] / total[group] if total[group] else float("nan") for group in GROUPS}
     out.update(words=total["all"], **{f"{group}_words": total[group] for group in GROUPS[1:]})
     return out
+
+
+def updates_to_reach(curve: List[dict], fraction: float = 0.99) -> Optional[int]:
+    """The first update whose dev accuracy is at least ``fraction`` of the best on ``curve``."""
+    best = max(point["dev_acc"] for point in curve)
+    return next((point["step"] for point in curve if point["dev_acc"] >= fraction * best), None)

@@ -62,7 +62,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from common.training import seed_run_files
     from common.utils.runtime import resolve_device
 
-    from .training import RUN_ERRORS, default_out_dir, run
+    from .config import default_out_dir
+    from .training import RUN_ERRORS, run
 
     try:
         resolve_device(cfg.device)  # a missing GPU is said first, before the demo's treebank

@@ -5,19 +5,10 @@ Protocol of the authors' code (``pdufter/convatt``): RMSprop (lr 1e-3), batches 
 fresh random order every epoch, the cross-entropy over real words; after every epoch the dev
 accuracy over all words; training stops after ``train.patience`` epochs without a better one
 (at most ``train.max_epochs``) and the best epoch's weights are tested. In the first epoch the dev
-accuracy is also measured every ``train.curve_every`` updates (the paper's Figure 2).
-
-Files under ``<out_dir>``: ``seed<k>/`` with ``metrics.jsonl`` (+ TensorBoard events: ``step`` =
-update, ``dev/acc``, ``train/loss``), ``checkpoints/step_<update>.pt`` (the newest resumable state,
-through :class:`common.utils.Checkpointer`: written at each epoch's end and on Ctrl-C, at the current update)
-and ``best.pt`` (weights, vocabulary and config of the best epoch); ``seed<k>.json`` once a seed is done;
-``results.json`` (per seed and mean +- std (ddof=1) of the dev and test accuracy over all / OOV /
-ambiguous words, the learning speed, the config and versions) and ``curves.png``. Re-running the same
-command reuses finished seeds and resumes an unfinished one exactly where it stopped (same batches, same RNG state).
-"""
+accuracy is also measured every ``train.curve_every`` updates (the paper's Figure 2). The files of a run:
+docs/tagging.md."""
 from __future__ import annotations
 
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -27,14 +18,14 @@ from omegaconf import DictConfig
 
 from common import attention
 from common.text.batching import epoch_batches
-from common.training import Engine, Plan, Task, TrainState, seed_seconds, seed_summary, train_seeds
-from common.utils import atomic_save, atomic_write_json, console, default_data_root, results_record, seed_everything
-from common.utils.config import deviation_note, to_dict
-from common.utils.runs import mean_std
+from common.training import Engine, Plan, Task, TrainState, seeds_record, train_seeds
+from common.utils import atomic_save, atomic_write_json, console, default_data_root, seed_everything
+from common.utils.config import note_deviations, to_dict
 from common.utils.runtime import DeviceError, Runtime
 
-from .config import deviations
+from .config import default_out_dir, deviations
 from .data import Treebank, TreebankError, batches, load_treebank
+from .metrics import updates_to_reach
 from .model import variant_label
 from .predict import build_model, dev_accuracy, evaluate
 
@@ -42,19 +33,6 @@ from .predict import build_model, dev_accuracy, evaluate
 RUN_ERRORS = (TreebankError, DeviceError, ValueError, FileNotFoundError)
 #: Keys that may differ when a run resumes (they do not change what is computed).
 RESUMABLE_KEYS = ("device", "out_dir", "data_root", "seeds", "train.num_threads")
-
-
-def default_out_dir(cfg: DictConfig) -> Path:
-    if cfg.out_dir:
-        return Path(cfg.out_dir)
-    name = cfg.variant if cfg.attention.name == "softmax" else f"{cfg.variant}-{cfg.attention.name}"
-    return Path("runs") / "tagging" / Path(str(cfg.treebank)).name / name
-
-
-def updates_to_reach(curve: List[dict], fraction: float = 0.99) -> Optional[int]:
-    """The first update whose dev accuracy is at least ``fraction`` of the best on ``curve``."""
-    best = max(point["dev_acc"] for point in curve)
-    return next((point["step"] for point in curve if point["dev_acc"] >= fraction * best), None)
 
 
 class TaggingTask(Task):
@@ -82,7 +60,7 @@ class TaggingTask(Task):
         (batch,) = batches(self.treebank.chunks["train"], self.cfg.train.batch_size, [update])
         batch = batch.to(self.runtime.device)
         kl_weight = self.kl(state.step)
-        with self.runtime.autocast(), attention.aux_losses() if kl_weight > 0 else nullcontext() as aux:
+        with self.runtime.autocast(), attention.aux_losses(kl_weight > 0) as aux:
             logits = self.model(batch.words, batch.chars, batch.char_index, batch.mask)
             loss = F.cross_entropy(logits.flatten(0, 1).float(), batch.tags.flatten(), ignore_index=-100)
             if kl_weight > 0:
@@ -137,38 +115,29 @@ def fit_seed(cfg: DictConfig, treebank: Treebank, seed: int, out_dir: Path, runt
     """Train one seed to early stopping under ``<out_dir>/seed<k>`` (resuming where it stopped); its record."""
     task = TaggingTask(cfg, treebank, seed, out_dir / f"seed{seed}", runtime)
     plan = Plan(max_epochs=cfg.train.max_epochs, patience=cfg.train.patience)
-    state = Engine(runtime, task.dir, plan, desc=f"seed {seed} update", progress=progress,
-                   label=f"seed {seed}").fit(task)
-    return task.record(state)
+    return task.record(Engine(runtime, task.dir, plan, desc=f"seed {seed} update", progress=progress).fit(task))
 
 
 def run(cfg: DictConfig, progress: bool = True) -> dict:
     """Train ``cfg.seeds`` seeds (reusing finished ones), write ``results.json`` and the curves; the record."""
     runtime = Runtime.create(cfg.device, cfg.train.precision, threads=cfg.train.num_threads)
-    data_root = default_data_root(cfg.data_root)
-    treebank = load_treebank(data_root, cfg.treebank, cfg.data.max_len, cfg.data.max_word_chars,
+    treebank = load_treebank(default_data_root(cfg.data_root), cfg.treebank, cfg.data.max_len, cfg.data.max_word_chars,
                              cfg.data.vocab_fraction, cfg.data.vocab_splits)
-    out_dir, label = default_out_dir(cfg), variant_label(cfg.variant, cfg.attention.name)
+    out_dir, label, differs = default_out_dir(cfg), variant_label(cfg.variant, cfg.attention.name), deviations(cfg)
     seeds = list(range(cfg.first_seed, cfg.first_seed + cfg.seeds))
     console.say(f"{treebank.name} {label}: {len(treebank.chunks['train'])} training chunks, "
                 f"{len(treebank.vocab.words)} words, {len(treebank.vocab.chars)} characters, on {runtime.device}")
-    differs = deviations(cfg)
-    if differs:
-        console.say(deviation_note(f"--preset {cfg.preset}", differs))
+    note_deviations(f"--preset {cfg.preset}", differs)
     per_seed = train_seeds(out_dir, to_dict(cfg), RESUMABLE_KEYS, seeds,
                            lambda seed: fit_seed(cfg, treebank, seed, out_dir, runtime, progress), _seed_line,
                            progress, desc=f"{treebank.name} {label} seeds")
-    record = results_record(to_dict(cfg), treebank=treebank.name, variant=cfg.variant, label=label,
-                            normalizer=cfg.attention.name, preset=cfg.preset, preset_deviations=differs,
-                            seeds=seeds, counts=treebank.counts(),
-                            runtime=runtime.describe(), **seed_summary(per_seed, ("dev", "test")),
-                            dev_acc_after_1_epoch=mean_std([r["dev_acc_after_1_epoch"] for r in per_seed]),
-                            updates_to_99pct=mean_std([r["updates_to_99pct"] for r in per_seed]),
-                            train_seconds=seed_seconds(per_seed),
-                            per_seed=per_seed)
     from .plots import plot_curves
 
-    record["plots"] = [str(plot_curves(per_seed, label, treebank.name, out_dir / "curves.png"))]
+    record = seeds_record(to_dict(cfg), per_seed, ("dev", "test", "dev_acc_after_1_epoch", "updates_to_99pct"),
+                          treebank=treebank.name, variant=cfg.variant, label=label, normalizer=cfg.attention.name,
+                          preset=cfg.preset, preset_deviations=differs, seeds=seeds, counts=treebank.counts(),
+                          runtime=runtime.describe(),
+                          plots=[str(plot_curves(per_seed, label, treebank.name, out_dir / "curves.png"))])
     atomic_write_json(out_dir / "results.json", record)
     return record
 

@@ -1,27 +1,14 @@
 """Training MCAN: the work behind ``python -m vqa.train`` (:mod:`vqa.train` parses the command line and
 checks the config before this module, torch and the model are imported).
 
-Protocol of ``MILVLG/mcan-vqa`` (``core/exec.py``): BCE summed over the batch and the answers
-on MCAN's soft scores (plus the weighted BAM KL), Adam (0.9, 0.98, eps 1e-9), lr warm-up
-``1/4, 2/4, 3/4`` of the base rate over the first three epochs (per update), then times
-``decay_rate`` from each epoch in ``decay_epochs``. After every epoch the model is evaluated
-on ``data.eval_split`` (official accuracy) when that split has annotations.
-
-The loop is :class:`common.training.Engine`'s. Everything goes to ``out_dir`` (default
-``runs/vqa/mcan/<attention>``): ``config.json``, ``question_vocab.json``, ``answers.json``,
-``checkpoints/step_<update>.pt`` (atomic, at every epoch's end and on Ctrl-C; a rerun resumes
-exactly where the run stopped, inside an epoch too, and a higher ``train.epochs`` extends a finished run),
-``metrics.jsonl`` + TensorBoard, the eval split's predictions in the official results format and
-``results.json`` (accuracy per epoch, overall and per answer type, wall time, config and library versions).
-
-``--device``, ``train.precision`` and ``train.compile`` choose where and how it computes
-(:mod:`common.utils.runtime`); a checkpoint resumes on any device.
-"""
+Protocol of ``MILVLG/mcan-vqa`` (``core/exec.py``) for :class:`common.training.Engine`: BCE summed over the batch
+and the answers on MCAN's soft scores (plus the weighted BAM KL), MCAN's Adam and learning rate
+(:mod:`vqa.mcan.optim`); after every epoch a checkpoint and, when ``data.eval_split`` has annotations, its official
+accuracy. The files of a run: docs/vqa.md ("Outputs")."""
 from __future__ import annotations
 
 import time
-from contextlib import nullcontext
-from typing import Dict, Optional, Sequence
+from typing import Dict, Optional
 
 import torch
 import torch.nn.functional as F
@@ -37,28 +24,12 @@ from common.utils.runtime import Runtime
 from .answers import answers_of
 from .config import default_out_dir, to_dict
 from .evaluation import vqa_accuracy, write_submission
+from .mcan.optim import build_optimizer
 from .predict import build_model, predict_logits
 from .run_inputs import load_run_data, save_run, word_vectors
 
 #: The keys of an evaluation row that ``results.json`` keeps for each epoch.
 EPOCH_KEYS = ("train_bce_per_question", "train_kl", "seconds", "lr", "eval")
-
-
-def lr_factor(update: int, steps_per_epoch: int, warmup_epochs: int, decay_epochs: Sequence[int],
-              decay_rate: float) -> float:
-    """MCAN's learning-rate multiplier for the ``update``-th update (1-based).
-
-    Warm-up (``WarmupOptimizer.rate``): ``k / (warmup_epochs + 1)`` while
-    ``update <= k * steps_per_epoch`` for ``k = 1 .. warmup_epochs``; then
-    ``decay_rate ** #{e in decay_epochs : e <= epoch}`` with ``epoch = (update - 1) // steps_per_epoch``.
-    """
-    warm = 1.0
-    for k in range(1, warmup_epochs + 1):
-        if update <= int(steps_per_epoch * k):
-            warm = k / (warmup_epochs + 1)
-            break
-    epoch = (update - 1) // steps_per_epoch
-    return warm * decay_rate ** sum(1 for e in decay_epochs if e <= epoch)
 
 
 class MCANTask(Task):
@@ -79,11 +50,8 @@ class MCANTask(Task):
             for module in self.model.modules():
                 if isinstance(module, attention.ContextualPrior):
                     module.requires_grad_(False)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.optim.lr, betas=tuple(cfg.optim.betas),
-                                          eps=cfg.optim.eps)
         steps_per_epoch = max(1, len(self.train_set) // (cfg.train.batch_size * env.world_size))
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda step: lr_factor(
-            step + 1, steps_per_epoch, cfg.optim.warmup_epochs, list(cfg.optim.decay_epochs), cfg.optim.decay_rate))
+        self.optimizer, self.scheduler = build_optimizer(self.model, cfg.optim, steps_per_epoch)
         if cfg.optim.grad_clip:
             self.clip = lambda: torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.optim.grad_clip)
         self.net = runtime.compile(wrap_model(self.model, env))
@@ -109,7 +77,7 @@ class MCANTask(Task):
 
     def train_step(self, batch: Dict, state: TrainState) -> Dict[str, torch.Tensor]:
         batch, runtime = self.runtime.to_device(batch), self.runtime
-        with runtime.autocast(), attention.aux_losses() if self.collect_kl else nullcontext() as aux:
+        with runtime.autocast(), attention.aux_losses(self.collect_kl) as aux:
             logits = self.net(batch["question_tokens"], batch["question_mask"], batch["features"], batch["region_mask"])
         kl, kl_weight = (aux.total(), self.kl(state.step)) if self.collect_kl else \
             (torch.zeros((), device=runtime.device), 0.0)

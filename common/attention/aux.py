@@ -73,8 +73,13 @@ _OPEN = _Blocks()
 
 
 @contextmanager
-def aux_losses() -> Iterator[AuxLosses]:
-    """Collect the auxiliary losses of the modules run inside the block (innermost block wins)."""
+def aux_losses(enabled: bool = True) -> Iterator[Optional[AuxLosses]]:
+    """Collect the auxiliary losses of the modules run inside the block (innermost block wins). Not ``enabled``:
+    the block opens no collector and gets None (outside any other block, modules then skip computing the losses,
+    e.g. BAM's KL)."""
+    if not enabled:
+        yield None
+        return
     thread = None if torch.compiler.is_compiling() else threading.get_ident()  # a compiled step is one thread
     if _OPEN.depth and _OPEN.owner != thread:
         raise RuntimeError("aux_losses() is already open in another thread: auxiliary losses are collected "

@@ -3,7 +3,7 @@
 from common.lazy import lazy_exports
 
 _EXPORTS = {"Engine": "engine", "Plan": "engine", "Task": "engine", "TrainState": "engine",
-            "train_seeds": "seeds", "seed_summary": "seeds", "seed_seconds": "seeds", "seed_run_files": "seeds",
+            "train_seeds": "seeds", "seeds_record": "seeds", "seed_run_files": "seeds",
             "EpochBatches": "batches"}
 __all__ = list(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -8,6 +8,7 @@ from typing import Callable, Dict, Iterable, List, Mapping
 from common.utils import console
 from common.utils.distributed import DistEnv, broadcast_objects
 from common.utils.io import atomic_write_json
+from common.utils.results import results_record
 from common.utils.runs import finished_seed, mean_std, open_run_dir
 
 
@@ -40,17 +41,17 @@ def train_seeds(out_dir: Path, config: Dict, resumable: Iterable[str], seeds: It
     return per_seed
 
 
-def seed_summary(per_seed: List[Mapping], keys: Iterable[str]) -> Dict[str, Dict[str, dict]]:
-    """``{key: {metric: mean_std}}`` over the seeds, for each ``key`` whose value is a dict of metrics in the first
-    seed's record (``dev``, ``test``, ...)."""
-    return {key: {metric: mean_std([record[key][metric] for record in per_seed]) for metric in per_seed[0][key]}
-            for key in keys if isinstance(per_seed[0].get(key), Mapping)}
-
-
-def seed_seconds(per_seed: List[Mapping]) -> Dict[str, object]:
-    """``{"per_seed": [...], "total": ...}``: each seed's training seconds (kept from the run that trained it)."""
+def seeds_record(config: Dict, per_seed: List[Mapping], summary: Iterable[str] = (), **fields) -> Dict:
+    """``results.json`` of a multi-seed run (:func:`~common.utils.results_record`): ``fields``; the mean +- std over
+    the seeds of each ``summary`` key of their records (of each metric, where the key holds a dict of metrics:
+    ``dev``, ``test``; a key the records lack is left out); ``train_seconds`` (``{"per_seed": [...], "total": ...}``,
+    each kept from the run that trained the seed); and ``per_seed``, the records."""
     seconds = [record["train_seconds"] for record in per_seed]
-    return {"per_seed": seconds, "total": sum(seconds)}
+    means = {key: {metric: mean_std([record[key][metric] for record in per_seed]) for metric in per_seed[0][key]}
+             if isinstance(per_seed[0][key], Mapping) else mean_std([record[key] for record in per_seed])
+             for key in summary if key in per_seed[0]}
+    return results_record(config, **fields, **means, train_seconds={"per_seed": seconds, "total": sum(seconds)},
+                          per_seed=per_seed)
 
 
 def seed_run_files(out_dir: Path, seeds: Iterable[int]) -> List[Path]:

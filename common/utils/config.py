@@ -334,11 +334,14 @@ def preset_deviations(cfg: DictConfig, layer: DictConfig, whole: Iterable[str] =
     return found
 
 
-def deviation_note(preset: str, differs: Dict[str, dict]) -> str:
-    """The one line a run prints when it differs from its preset (:func:`preset_deviations`); ``preset`` as the
-    user chose it (``--preset official``, ``preset=official``)."""
-    return f"differs from {preset} in " + ", ".join(
-        f"{key}={value['run']} (preset: {value['preset']})" for key, value in differs.items())
+def note_deviations(preset: str, differs: Dict[str, dict], enabled: bool = True) -> None:
+    """The one line a run prints when it differs from its preset (:func:`preset_deviations`), if it does; ``preset``
+    as the user chose it (``--preset official``, ``preset=official``)."""
+    if differs and enabled:
+        from common.utils.console import say
+
+        say(f"differs from {preset} in " + ", ".join(
+            f"{key}={value['run']} (preset: {value['preset']})" for key, value in differs.items()))
 
 
 def config_changes(saved: Dict[str, Any], config: Dict[str, Any], resumable: Iterable[str] = ()) -> Dict[str, tuple]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import weakref
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Iterator, List, Optional, Sequence, Tuple, TypeVar
@@ -150,6 +151,17 @@ def barrier(env: DistEnv) -> None:
     """Wait until every process gets here (no-op for one process)."""
     if env.distributed:
         dist.barrier()
+
+
+@contextmanager
+def main_first(env: DistEnv) -> Iterator[None]:
+    """The body runs on the main process first and on the others once it is done there (the main process writes a
+    cache that the others then read)."""
+    if not env.is_main:
+        barrier(env)
+    yield
+    if env.is_main:
+        barrier(env)
 
 
 def cleanup(env: DistEnv) -> None:

@@ -51,6 +51,18 @@ def test_no_collection_outside_the_block_and_no_stale_terms():
     assert float(second.total()) == 0.0
 
 
+def test_a_disabled_block_yields_none_and_collects_nothing_even_inside_an_open_one():
+    model = TinyHost().train()
+    with attention.aux_losses(enabled=False) as off:
+        assert off is None and not attention.collecting()
+        model(torch.randn(2, 5, 4))
+    with attention.aux_losses() as outer:
+        with attention.aux_losses(False) as off:
+            assert off is None and attention.collecting()  # the open block still collects what runs inside
+            model(torch.randn(2, 5, 4))
+    assert len(outer) == 2 and not attention.collecting()
+
+
 def test_innermost_block_collects():
     model = TinyHost().train()
     with attention.aux_losses() as outer:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from common.training import Engine, Plan, TrainState, train_seeds
+from common.training import Engine, Plan, TrainState, seeds_record, train_seeds
 from common.utils import Checkpointer, console, read_metrics
 from common.utils.runtime import Runtime
 
@@ -167,6 +167,18 @@ def test_seeds_are_reused_a_changed_config_refused_and_records_written(tmp_path)
     assert first[0]["dev"] != first[1]["dev"]  # the seed matters
     with pytest.raises(ValueError, match="lr"):
         train_seeds(tmp_path, {**config, "lr": 0.1}, ["seeds"], [0], fit_seed, str, progress=False)
+
+
+def test_the_seeds_record_summarises_metric_dicts_and_numbers_over_the_seeds():
+    per_seed = [{"seed": 0, "dev": {"acc": 80.0, "f1": 70.0}, "speed": 10, "curve": [1], "train_seconds": 2.5},
+                {"seed": 1, "dev": {"acc": 84.0, "f1": 74.0}, "speed": None, "curve": [2], "train_seconds": 1.5}]
+    record = seeds_record({"lr": 0.1}, per_seed, ("dev", "speed", "dev_mc"), task="toy")
+    assert record["dev"]["acc"] == {"mean": 82.0, "std": pytest.approx(8 ** 0.5), "n": 2}
+    assert record["dev"]["f1"]["mean"] == 72.0
+    assert record["speed"] == {"mean": 10.0, "std": 0.0, "n": 1}  # a seed without the number is not counted
+    assert "dev_mc" not in record and "curve" not in record  # absent, and not asked for
+    assert record["train_seconds"] == {"per_seed": [2.5, 1.5], "total": 4.0}
+    assert record["per_seed"] == per_seed and record["task"] == "toy" and record["config"] == {"lr": 0.1}
 
 
 def test_the_state_round_trips_through_a_checkpoint(tmp_path):

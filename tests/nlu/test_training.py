@@ -24,6 +24,8 @@ from common.utils.checkpoint import Checkpointer
 from common.utils.logger import read_metrics
 
 from nlu import train, training
+from nlu import model as nlu_model
+from nlu.model import GlueData, attention_dropout
 from common.utils.runtime import Runtime
 
 from nlu.config import deviations, load_config
@@ -305,7 +307,7 @@ def test_an_empty_train_file_exits_2_naming_it_before_the_tokenizer_loads(toy_be
     rte = tmp_path / "glue" / "RTE"
     write_rte(rte, [("A man is eating.", "Nobody eats.", "not_entailment")])
     (rte / "train.tsv").write_text("")
-    monkeypatch.setattr(training, "load_tokenizer", lambda *args: pytest.fail("the tokenizer was loaded"))
+    monkeypatch.setattr(nlu_model, "load_tokenizer", lambda *args: pytest.fail("the tokenizer was loaded"))
     code = cli("--task", "RTE", "--model", str(toy_bert), "--data-root", str(tmp_path), "--out", str(tmp_path / "run"))
     assert code == 2
     assert one_error_line(capsys).startswith(f"error: {rte / 'train.tsv'}: no RTE train examples: the file is empty; ")
@@ -346,9 +348,9 @@ def test_the_official_preset_holds_the_authors_settings(task):
     assert (o.weight_decay, cfg.data.max_length, cfg.kl.weight, cfg.kl.detach) == (0.0, 512, 1.0, True)
     assert cfg.attention.name == "bam-wf"  # Weibull posterior, constant Gamma prior (--att_prior_type constant)
     assert dict(cfg.attention.options) == {"k": 10, "prior_alpha": 1e-4, "beta": 1e-4}
-    assert training.attention_dropout(cfg.attention) == 0.0  # no attention dropout on the BAM path
+    assert attention_dropout(cfg.attention) == 0.0  # no attention dropout on the BAM path
     softmax = load_config([f"task={task}", "attention.name=softmax"], preset="official")
-    assert dict(softmax.attention.options) == {} and training.attention_dropout(softmax.attention) is None
+    assert dict(softmax.attention.options) == {} and attention_dropout(softmax.attention) is None
     assert (softmax.optim.lr, softmax.train.max_updates) == (o.lr, t.max_updates)  # the same recipe, other arm
     assert deviations(cfg) == deviations(softmax) == {}
     standard = load_config([f"task={task}"])  # the default: today's recipe
@@ -387,7 +389,7 @@ def test_the_official_preset_drops_attention_weights_only_on_the_softmax_arm(rte
 
     model, data_root = rte16
     cfg = load_config(settings(model, data_root, tmp_path / "run", f"attention.name={normalizer}"), preset="official")
-    seed_run = training.GlueTask(cfg, training.GlueData.load(cfg, model), model, 0, tmp_path / "run",
+    seed_run = training.GlueTask(cfg, GlueData.load(cfg, model), model, 0, tmp_path / "run",
                                 Runtime.create("cpu", threads=torch.get_num_threads()))
     attends = [m for m in seed_run.model.modules() if isinstance(m, Attend)]
     assert len(attends) == 2 and {m.config.dropout for m in attends} == {dropout}
@@ -400,7 +402,7 @@ def test_an_update_of_two_batches_has_the_gradient_of_one_batch_of_both(rte16, t
     for batch, update in ((8, [list(range(8))]), (4, [list(range(4)), list(range(4, 8))])):
         cfg = load_config(settings(model, data_root, tmp_path / f"run{batch}", f"train.batch_size={batch}",
                                    "attention.dropout=0"))
-        seed_run = training.GlueTask(cfg, training.GlueData.load(cfg, model), model, 0, tmp_path / f"run{batch}",
+        seed_run = training.GlueTask(cfg, GlueData.load(cfg, model), model, 0, tmp_path / f"run{batch}",
                                     Runtime.create("cpu", threads=torch.get_num_threads()))
         for module in seed_run.model.modules():
             if isinstance(module, torch.nn.Dropout):
@@ -420,7 +422,7 @@ def test_a_detached_kl_gives_the_prior_network_no_gradient(rte16, tmp_path, deta
     threads = torch.get_num_threads()
     try:
         runtime = Runtime.create("cpu", threads=1)
-        data = training.GlueData.load(cfg, model)
+        data = GlueData.load(cfg, model)
         seed_run = training.GlueTask(cfg, data, model, 0, tmp_path / "run", runtime)
         logged = seed_run.train_step([list(range(8))], TrainState())
         loss, kl = float(logged["train/loss"]), float(logged["train/kl"])

@@ -11,9 +11,9 @@ from common.text import Vocabulary
 from common.utils.distributed import DistEnv
 from vqa import evaluate as vqa_evaluate
 from vqa import train as vqa_train
-from vqa import training as vqa_training
 from vqa.evaluation import load_submission
 from vqa.fixtures import write_vqa_fixture
+from vqa.mcan.optim import lr_factor
 from vqa.predict import add_feature_noise
 from vqa.run_inputs import word_vectors
 
@@ -24,7 +24,7 @@ SMALL = [f"model.{k}={v}" for k, v in TINY.items()] + ["train.batch_size=10", "t
 
 
 def test_mcan_learning_rate_schedule():
-    factors = [vqa_training.lr_factor(u, 10, 3, [10, 12], 0.2) for u in range(1, 131)]
+    factors = [lr_factor(u, 10, 3, [10, 12], 0.2) for u in range(1, 131)]
     assert factors[0] == factors[9] == 0.25           # epoch 1: 1/4
     assert factors[10] == factors[19] == 0.5          # epoch 2: 2/4
     assert factors[20] == factors[29] == 0.75         # epoch 3: 3/4

@@ -7,22 +7,12 @@ LXMERT's ``A * BCE`` on the soft scores over the ``A`` answers, plus the adaptiv
 BAM KL, both collected with :func:`common.attention.aux_losses`; span fractions are clamped to ``[0, 1]`` after
 every update. The batches of an epoch are a fixed permutation per ``seed`` and epoch, so a resumed run sees the
 same ones; LayerDrop and BAM sampling act in training mode only, and the evaluation at every epoch's end prunes
-``layerdrop.<stack>`` layers per stack with the every-other rule when ``model.prune_at_eval``.
-
-Everything goes to ``out_dir`` (default ``runs/lxmert/<variant>``): ``config.json``, ``lxmert_config.json``,
-``answers.json``, ``pretrained.json`` (what the checkpoint supplied), ``checkpoints/step_<N>.pt`` (every
-``train.checkpoint_every`` updates, at each epoch end and on Ctrl-C; a rerun resumes from the newest),
-``metrics.jsonl`` + TensorBoard (losses, learning rate, every head's span and alpha), ``spans.png`` /
-``alphas.png`` (the paper's Figures 1 and 3), the eval split's predictions in the official results format, and
-``results.json`` (accuracy per epoch, FLOPs full and pruned, config, library versions). ``--device``,
-``train.precision`` and ``train.compile`` choose where and how it computes (:mod:`common.utils.runtime`); a
-checkpoint resumes on any device.
-"""
+``layerdrop.<stack>`` layers per stack with the every-other rule when ``model.prune_at_eval``. The files of a
+run: docs/lxmert.md."""
 from __future__ import annotations
 
 import json
 import time
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Callable, Dict, Optional
 
@@ -102,7 +92,7 @@ class LxmertTask(Task):
     def train_step(self, batch: dict, state: TrainState) -> Dict[str, torch.Tensor]:
         device = self.runtime.device
         target = batch["target"].to(device, non_blocking=True)
-        with self.runtime.autocast(), attention.aux_losses() if self.collect else nullcontext() as aux:
+        with self.runtime.autocast(), attention.aux_losses(self.collect) as aux:
             logits = self.forward(**model_inputs(batch, device)).question_answering_score
         terms = aux.by_name() if self.collect else {}
         bce = vqa_loss(logits.float(), target)
