@@ -608,7 +608,7 @@ def _operator_attention(norm: BAM, q: Tensor, k: Tensor, v: Tensor, mask: Option
     from .kernels.dense_bam import NOISE_LOGNORMAL, NOISE_NONE, NOISE_WEIBULL, seed_for_call
     from .kernels.dense_bam_kl import ACTIVATIONS, constants, kl_kind
 
-    lead, (H, n_q, d) = q.shape[:-3], q.shape[-3:]
+    lead, (H, n_q) = q.shape[:-3], q.shape[-3:-1]
     n_k = k.shape[-2]
     flat = len(lead) != 1
     if flat:  # [B, H, L, d] for the kernels

@@ -25,7 +25,6 @@ KL from the rows' ``LSE_i`` with PyTorch's operators).
 from __future__ import annotations
 
 import math
-from typing import Optional
 
 import torch
 import triton
