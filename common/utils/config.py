@@ -31,6 +31,8 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from common.utils import console
+
 
 def packaged_config(package: str, name: str) -> DictConfig:
     """``<package>/configs/<name>`` as a config (e.g. ``packaged_config("graphattn", "gat.yaml")``)."""
@@ -338,9 +340,7 @@ def note_deviations(preset: str, differs: Dict[str, dict], enabled: bool = True)
     """The one line a run prints when it differs from its preset (:func:`preset_deviations`), if it does; ``preset``
     as the user chose it (``--preset official``, ``preset=official``)."""
     if differs and enabled:
-        from common.utils.console import say
-
-        say(f"differs from {preset} in " + ", ".join(
+        console.say(f"differs from {preset} in " + ", ".join(
             f"{key}={value['run']} (preset: {value['preset']})" for key, value in differs.items()))
 
 
