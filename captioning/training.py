@@ -42,6 +42,7 @@ class CaptioningTask(Task):
     process, whose CIDEr keeps ``best.pt``; a history row per epoch."""
 
     sum_dtype = torch.float32  # the epoch means as this loop logged them before the engine
+    saved = ("history", "best")
 
     def __init__(self, cfg: DictConfig, runtime: Runtime, progress: bool):
         self.cfg, self.runtime, self.env, self.progress, self.dir = cfg, runtime, runtime.env, progress, run_dir(cfg)
@@ -129,12 +130,6 @@ class CaptioningTask(Task):
                      "feature_dim": self.store.feature_dim, **self.best,
                      "vocab": {"tokens": vocab.tokens[len(vocab.specials):], "specials": list(vocab.specials)}},
                     self.dir / "best.pt")
-
-    def state_dict(self) -> dict:
-        return {"history": self.history, "best": self.best}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.history, self.best = state["history"], state["best"]
 
 
 def run(cfg: DictConfig, progress: bool = True, runtime: Optional[Runtime] = None) -> dict:

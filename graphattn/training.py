@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from omegaconf import DictConfig
 
 from common import attention
-from common.training import Engine, Plan, Task, TrainState, seeds_record, train_seeds
+from common.training import Plan, Task, TrainState, seeds_record, train_seeds
 from common.utils import atomic_save, atomic_write_json, seed_everything
 from common.utils.config import note_deviations
 from common.utils.distributed import cleanup, main_first, wrap_model
@@ -42,8 +42,10 @@ class GATTask(Task):
     or one per sampled batch (:class:`~graphattn.minibatch.NeighborBatches`, under ``torchrun`` too); CE + the
     epoch's KL weight x the BAM KL; the validation loss and accuracy after every epoch, judged by :meth:`judge`."""
 
-    def __init__(self, cfg: DictConfig, data: Data, seed: int, runtime: Runtime):
-        self.cfg, self.data, self.runtime, self.env = cfg, data, runtime, runtime.env
+    saved = ("best",)
+
+    def __init__(self, cfg: DictConfig, data: Data, seed: int, run_dir: Path, runtime: Runtime):
+        self.cfg, self.data, self.seed, self.dir, self.runtime, self.env = cfg, data, seed, run_dir, runtime, runtime.env
         seed_everything(seed, deterministic=cfg.train.deterministic)
         self.model = build_model(cfg, data.num_features, data.num_classes).to(runtime.device)
         self.forward = runtime.compile(wrap_model(self.model, self.env))
@@ -130,34 +132,25 @@ class GATTask(Task):
         return {"val_acc": f"{state.history[-1]['val/acc']:.3f}", "best_val_acc": f"{self.best['acc']:.3f}",
                 "patience_left": f"{patience - state.bad}/{patience}"}
 
-    def state_dict(self) -> dict:
-        return {"best": self.best}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.best = state["best"]
-
-    def record(self, seed: int, state: TrainState) -> dict:
-        """The snapshot's validation and test metrics, and its epoch (``best_epoch``, from 0)."""
+    def record(self, state: TrainState) -> dict:
+        """The snapshot's validation and test metrics, and its epoch (``best_epoch``, from 0); the main process
+        writes ``seed<k>.pt`` beside the run directory ``seed<k>/``: the snapshot's weights, the config, the
+        metrics and the per-epoch history."""
         self.model.load_state_dict(self.best["weights"])
         logits, data = self.predict(), self.data
-        return {"seed": seed, "epochs": state.epoch, "best_epoch": state.best_step // len(self.updates(0)) - 1,
-                "train_seconds": state.train_seconds, "val": split_metrics(logits, data.y, data.val_mask),
-                "test": split_metrics(logits, data.y, data.test_mask)}
+        metrics = {"seed": self.seed, "epochs": state.epoch, "best_epoch": state.best_step // len(self.updates(0)) - 1,
+                   "train_seconds": state.train_seconds, "val": split_metrics(logits, data.y, data.val_mask),
+                   "test": split_metrics(logits, data.y, data.test_mask)}
+        if self.env.is_main:
+            atomic_save({"model_state": self.best["weights"], "config": to_dict(self.cfg), "metrics": metrics,
+                         "history": state.history}, self.dir.with_suffix(".pt"))
+        return metrics
 
 
-def fit_seed(cfg: DictConfig, data: Data, seed: int, out_dir: Path, runtime: Runtime, progress: bool = True) -> dict:
-    """Train ``seed`` under ``<out_dir>/seed<k>`` (resuming where Ctrl-C stopped it) and write ``seed<k>.pt``
-    (the snapshot's weights, the config, the metrics and the per-epoch history); the metrics."""
-    run_dir = Path(out_dir) / f"seed{seed}"
-    task = GATTask(cfg, data, seed, runtime)
-    plan = Plan(max_epochs=cfg.train.max_epochs, patience=cfg.train.patience, checkpoint_epochs=False,
+def plan_of(cfg: DictConfig) -> Plan:
+    """The original GAT's: an evaluation per epoch, checkpoints only at the end and on Ctrl-C."""
+    return Plan(max_epochs=cfg.train.max_epochs, patience=cfg.train.patience, checkpoint_epochs=False,
                 checkpoint_evals=False)
-    state = Engine(runtime, run_dir, plan, desc=f"seed {seed} update", progress=progress).fit(task)
-    metrics = task.record(seed, state)
-    if runtime.env.is_main:
-        atomic_save({"model_state": task.best["weights"], "config": to_dict(cfg), "metrics": metrics,
-                     "history": state.history}, Path(out_dir) / f"seed{seed}.pt")
-    return metrics
 
 
 def run(cfg: DictConfig, progress: bool = True, data: Optional[Data] = None) -> Optional[Dict]:
@@ -183,9 +176,9 @@ def run(cfg: DictConfig, progress: bool = True, data: Optional[Data] = None) -> 
             with main_first(env):  # the others would read the cache while it is written
                 data = load_dataset(cfg.dataset, cfg.data_root)
         data = data.to(runtime.device)
-        per_seed = train_seeds(out_dir, to_dict(cfg), RESUMABLE_KEYS, seeds,
-                               lambda seed: fit_seed(cfg, data, seed, out_dir, runtime, progress), _seed_line,
-                               progress, desc=f"{cfg.dataset} {cfg.attention.name} seeds", env=env)
+        per_seed = train_seeds(out_dir, to_dict(cfg), RESUMABLE_KEYS, seeds, runtime,
+                               lambda seed, run_dir: GATTask(cfg, data, seed, run_dir, runtime), plan_of(cfg),
+                               _seed_line, progress, desc=f"{cfg.dataset} {cfg.attention.name} seeds")
     finally:
         cleanup(env)
     if not env.is_main:

@@ -75,6 +75,7 @@ class TranslationTask(Task):
     ``best.pt`` kept by ``train.select``."""
 
     sum_dtype = torch.float32  # the logged sums in float32, as before the engine: the same training logs
+    saved = ("schedule", "logged_seconds")
 
     def __init__(self, cfg: DictConfig, out_dir: Path, data_root: Path, runtime: Runtime):
         self.cfg, self.dir, self.runtime, self.env = cfg, out_dir, runtime, runtime.env
@@ -190,13 +191,6 @@ class TranslationTask(Task):
         row = state.history[-1]
         atomic_save({"model": self.model.state_dict(), "step": state.step, "val_bleu": row["val/bleu"],
                      "val_loss": row["val/loss"]}, self.dir / "best.pt")
-
-    def state_dict(self) -> dict:
-        return {"schedule": self.schedule.state_dict(), "logged_seconds": self.logged_seconds}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.schedule.load_state_dict(state["schedule"])
-        self.logged_seconds = state["logged_seconds"]
 
 
 def train(cfg: DictConfig, out_dir: Path, data_root: Path, runtime: Runtime) -> Optional[dict]:

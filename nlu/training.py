@@ -22,7 +22,7 @@ from omegaconf import DictConfig
 
 from common import attention
 from common.text.batching import epoch_batches
-from common.training import Engine, Plan, Task, TrainState, seeds_record, train_seeds
+from common.training import Plan, Task, TrainState, seeds_record, train_seeds
 from common.utils import atomic_write_json, console, seed_everything
 from common.utils.config import note_deviations, to_dict
 from common.utils.runtime import DeviceError, Runtime
@@ -44,6 +44,8 @@ class GlueTask(Task):
     """One seed's fine-tuning for :class:`common.training.Engine`: AdamW with a linear warm-up and decay, updates of
     ``train.accumulation`` batches, the task loss (+ the weighted KL, detached where ``kl.detach``), clipping, and
     the dev metrics after every epoch and the last update."""
+
+    saved = ("last",)
 
     def __init__(self, cfg: DictConfig, data: GlueData, model_dir: Path, seed: int, run_dir: Path, runtime: Runtime):
         self.cfg, self.data, self.seed, self.runtime, self.dir = cfg, data, seed, runtime, run_dir
@@ -96,12 +98,6 @@ class GlueTask(Task):
         dev = evaluate(self.model, self.data, self.runtime, self.cfg.train.eval_batch_size)
         return {**{f"dev/{name}": value for name, value in dev.items()}, "loss": float(self.last["loss"])}
 
-    def state_dict(self) -> dict:
-        return {name: float(value) for name, value in self.last.items()}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.last = {name: torch.tensor(value) for name, value in state.items()}
-
     def record(self, state: TrainState) -> dict:
         """The last evaluation's dev scores (and the MC-averaged ones for a stochastic normalizer)."""
         mc = self.cfg.train.mc_samples if attention.is_stochastic(self.cfg.attention.name) else 0
@@ -117,15 +113,6 @@ class GlueTask(Task):
         return record
 
 
-def fit_seed(cfg: DictConfig, data: GlueData, model_dir: Path, seed: int, out_dir: Path, runtime: Runtime,
-             progress: bool) -> dict:
-    """Fine-tune one seed under ``<out_dir>/seed<k>`` (resuming where it stopped); its record."""
-    task = GlueTask(cfg, data, model_dir, seed, out_dir / f"seed{seed}", runtime)
-    plan = Plan(max_epochs=math.ceil(task.total / task.per_epoch), max_updates=task.total, log_every=10,
-                checkpoint_every=cfg.train.checkpoint_every)
-    return task.record(Engine(runtime, task.dir, plan, desc=f"seed {seed} update", progress=progress).fit(task))
-
-
 def run(cfg: DictConfig, progress: bool = True) -> dict:
     """Fine-tune ``cfg.seeds`` seeds (reusing finished ones) and write ``results.json``; the record."""
     runtime = Runtime.create(cfg.device, cfg.train.precision, threads=cfg.train.num_threads)
@@ -136,8 +123,10 @@ def run(cfg: DictConfig, progress: bool = True) -> dict:
     console.say(f"{data.spec.name} {label}: {len(data.train)} training and {len(data.dev)} dev examples, "
                 f"{model_dir.name}, on {runtime.device}")
     note_deviations(f"--preset {cfg.preset}", differs)
-    per_seed = train_seeds(out_dir, to_dict(cfg), RESUMABLE_KEYS, seeds,
-                           lambda seed: fit_seed(cfg, data, model_dir, seed, out_dir, runtime, progress),
+    per_seed = train_seeds(out_dir, to_dict(cfg), RESUMABLE_KEYS, seeds, runtime,
+                           lambda seed, run_dir: GlueTask(cfg, data, model_dir, seed, run_dir, runtime),
+                           lambda task: Plan(max_epochs=math.ceil(task.total / task.per_epoch), max_updates=task.total,
+                                             log_every=10, checkpoint_every=cfg.train.checkpoint_every),
                            lambda record: f"dev {_scores(record['dev'])}, {record['train_seconds']:.0f} s", progress,
                            desc=f"{data.spec.name} {label} seeds")
     record = seeds_record(to_dict(cfg), per_seed, ("dev", "dev_mc"), task=data.spec.name, model=str(model_dir),

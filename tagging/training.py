@@ -18,7 +18,7 @@ from omegaconf import DictConfig
 
 from common import attention
 from common.text.batching import epoch_batches
-from common.training import Engine, Plan, Task, TrainState, seeds_record, train_seeds
+from common.training import Plan, Task, TrainState, seeds_record, train_seeds
 from common.utils import atomic_save, atomic_write_json, console, default_data_root, seed_everything
 from common.utils.config import note_deviations, to_dict
 from common.utils.runtime import DeviceError, Runtime
@@ -39,6 +39,8 @@ class TaggingTask(Task):
     """One seed of the tagger for :class:`common.training.Engine`: RMSprop, an epoch's batches, the cross-entropy
     (+ weighted KL), the dev accuracy at every epoch's end (the best one's weights kept) and every
     ``train.curve_every`` updates of the first epoch."""
+
+    saved = ("curve",)
 
     def __init__(self, cfg: DictConfig, treebank: Treebank, seed: int, run_dir: Path, runtime: Runtime):
         self.cfg, self.treebank, self.seed, self.runtime, self.dir = cfg, treebank, seed, runtime, run_dir
@@ -87,12 +89,6 @@ class TaggingTask(Task):
         atomic_save({"model": self.model.state_dict(), "vocab": self.treebank.vocab.state(),
                      "config": to_dict(self.cfg), "seed": self.seed, "epoch": state.epoch}, self.dir / "best.pt")
 
-    def state_dict(self) -> dict:
-        return {"curve": self.curve}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.curve = state["curve"]
-
     def record(self, state: TrainState) -> dict:
         """Dev and test accuracies of the best epoch's weights, and the learning-speed numbers."""
         best = torch.load(self.dir / "best.pt", map_location=self.runtime.device, weights_only=False)
@@ -110,14 +106,6 @@ class TaggingTask(Task):
                 "curve": curve, "mc_samples": mc}
 
 
-def fit_seed(cfg: DictConfig, treebank: Treebank, seed: int, out_dir: Path, runtime: Runtime,
-             progress: bool) -> dict:
-    """Train one seed to early stopping under ``<out_dir>/seed<k>`` (resuming where it stopped); its record."""
-    task = TaggingTask(cfg, treebank, seed, out_dir / f"seed{seed}", runtime)
-    plan = Plan(max_epochs=cfg.train.max_epochs, patience=cfg.train.patience)
-    return task.record(Engine(runtime, task.dir, plan, desc=f"seed {seed} update", progress=progress).fit(task))
-
-
 def run(cfg: DictConfig, progress: bool = True) -> dict:
     """Train ``cfg.seeds`` seeds (reusing finished ones), write ``results.json`` and the curves; the record."""
     runtime = Runtime.create(cfg.device, cfg.train.precision, threads=cfg.train.num_threads)
@@ -128,9 +116,10 @@ def run(cfg: DictConfig, progress: bool = True) -> dict:
     console.say(f"{treebank.name} {label}: {len(treebank.chunks['train'])} training chunks, "
                 f"{len(treebank.vocab.words)} words, {len(treebank.vocab.chars)} characters, on {runtime.device}")
     note_deviations(f"--preset {cfg.preset}", differs)
-    per_seed = train_seeds(out_dir, to_dict(cfg), RESUMABLE_KEYS, seeds,
-                           lambda seed: fit_seed(cfg, treebank, seed, out_dir, runtime, progress), _seed_line,
-                           progress, desc=f"{treebank.name} {label} seeds")
+    per_seed = train_seeds(out_dir, to_dict(cfg), RESUMABLE_KEYS, seeds, runtime,
+                           lambda seed, run_dir: TaggingTask(cfg, treebank, seed, run_dir, runtime),
+                           Plan(max_epochs=cfg.train.max_epochs, patience=cfg.train.patience), _seed_line, progress,
+                           desc=f"{treebank.name} {label} seeds")
     from .plots import plot_curves
 
     record = seeds_record(to_dict(cfg), per_seed, ("dev", "test", "dev_acc_after_1_epoch", "updates_to_99pct"),

@@ -93,6 +93,8 @@ class Task:
     #: The dtype that :meth:`train_step`'s values are summed in on the device (float32 keeps the sums of a loop that
     #: summed float32 losses); a sum is saved exactly either way.
     sum_dtype: torch.dtype = torch.float64
+    #: The attributes that are the task's own resumable state (:meth:`state_dict`), e.g. a best-so-far snapshot.
+    saved: Tuple[str, ...] = ()
 
     def updates(self, epoch: int) -> Sequence[Any]:
         """The updates of ``epoch`` (what :meth:`train_step` takes), a function of the seed and the epoch only, so
@@ -151,11 +153,22 @@ class Task:
         """Called on the main process when an evaluation is the best so far (write the best weights)."""
 
     def state_dict(self) -> Dict[str, Any]:
-        """The task's own state to checkpoint beside the engine's (a schedule that is not a torch scheduler)."""
-        return {}
+        """The task's own state to checkpoint beside the engine's: each attribute named in :attr:`saved`, through
+        its ``state_dict()`` where it has one (a schedule that is not a torch scheduler)."""
+        return {name: _state_of(getattr(self, name)) for name in self.saved}
+
+    def record(self, state: TrainState) -> Dict[str, Any]:
+        """A seed's record when :func:`~common.training.train_seeds` trains the task (``seed<k>.json``): its
+        metrics from the final ``state`` (and the task's best weights)."""
+        raise NotImplementedError(f"{type(self).__name__} defines no record: train it with Engine.fit")
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
-        """Restore :meth:`state_dict` on resumption."""
+        """Restore :meth:`state_dict` on resumption (through ``load_state_dict`` where the attribute has one)."""
+        for name, value in state.items():
+            if hasattr(getattr(self, name, None), "load_state_dict"):
+                getattr(self, name).load_state_dict(value)
+            else:
+                setattr(self, name, value)
 
 
 class Engine:
@@ -376,6 +389,10 @@ class Engine:
                             device=self.runtime.device)
         if all_reduce_sum(over, self.env).item():
             self.state.done = True
+
+
+def _state_of(value: Any) -> Any:
+    return value.state_dict() if hasattr(value, "state_dict") else value
 
 
 class _Sums:

@@ -3,22 +3,27 @@ record written atomically as ``<out_dir>/seed<k>.json``, and the mean +- std ove
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, Dict, Iterable, List, Mapping
+from typing import Callable, Dict, Iterable, List, Mapping, Union
 
 from common.utils import console
-from common.utils.distributed import DistEnv, broadcast_objects
+from common.utils.distributed import broadcast_objects
 from common.utils.io import atomic_write_json
 from common.utils.results import results_record
 from common.utils.runs import finished_seed, mean_std, open_run_dir
+from common.utils.runtime import Runtime
+
+from .engine import Engine, Plan, Task
 
 
-def train_seeds(out_dir: Path, config: Dict, resumable: Iterable[str], seeds: Iterable[int],
-                fit_seed: Callable[[int], dict], describe: Callable[[dict], str], progress: bool = True,
-                desc: str = "seeds", env: DistEnv = DistEnv()) -> List[dict]:
+def train_seeds(out_dir: Path, config: Dict, resumable: Iterable[str], seeds: Iterable[int], runtime: Runtime,
+                task: Callable[[int, Path], Task], plan: Union[Plan, Callable[[Task], Plan]], describe: Callable[[dict], str],
+                progress: bool = True, desc: str = "seeds") -> List[dict]:
     """Each seed's record, in order: read from ``seed<k>.json`` when an earlier run finished the seed, else
-    ``fit_seed(seed)`` (written there by the main process once it returns). ``out_dir`` gets ``config.json``; one
-    holding another config (beyond the ``resumable`` keys) is refused with the keys named. ``describe(record)`` is
-    the seed's line in the log (``test accuracy 83.10``)."""
+    trained: ``task(seed, run_dir)`` under ``<out_dir>/seed<k>`` by an :class:`Engine` to the end of ``plan`` (or of
+    ``plan(task)``, a budget the task computes), and its ``task.record(state)`` written to ``seed<k>.json`` by the main process. ``out_dir`` gets
+    ``config.json``; one holding another config (beyond the ``resumable`` keys) is refused with the keys named.
+    ``describe(record)`` is the seed's line in the log (``test accuracy 83.10``)."""
+    env = runtime.env
     if env.is_main:
         open_run_dir(out_dir, config, resumable)
     per_seed, seeds = [], list(seeds)
@@ -31,7 +36,11 @@ def train_seeds(out_dir: Path, config: Dict, resumable: Iterable[str], seeds: It
                 bar.skip()  # reused: no part of the ETA of the seeds left
             done = "done before"
         else:
-            record = fit_seed(seed)
+            run_dir = Path(out_dir) / f"seed{seed}"
+            seed_task = task(seed, run_dir)
+            seed_plan = plan if isinstance(plan, Plan) else plan(seed_task)
+            engine = Engine(runtime, run_dir, seed_plan, desc=f"seed {seed} update", progress=progress)
+            record = seed_task.record(engine.fit(seed_task))
             if env.is_main:
                 atomic_write_json(Path(out_dir) / f"seed{seed}.json", record)
             done = "done"

@@ -21,6 +21,8 @@ EXAMPLES, BATCH, DIM = 40, 8, 4
 
 
 class ToyTask(Task):
+    saved = ("counter",)
+
     def __init__(self, seed, runtime, dropout=0.2, interrupt_at=None, batch=BATCH, ctrl_c=1):
         seed_everything(seed)
         data = torch.Generator().manual_seed(123)
@@ -52,6 +54,9 @@ class ToyTask(Task):
     def after_update(self, state):
         self.counter += 1
 
+    def record(self, state):
+        return {"seed": self.seed, "dev": {"mse": state.history[-1]["dev/mse"]}, "train_seconds": state.train_seconds}
+
     def evaluate(self, state):
         self.model.eval()
         with torch.no_grad():
@@ -62,12 +67,6 @@ class ToyTask(Task):
 
     def on_best(self, state):
         self.best_weights = {k: v.clone() for k, v in self.model.state_dict().items()}
-
-    def state_dict(self):
-        return {"counter": self.counter}
-
-    def load_state_dict(self, state):
-        self.counter = state["counter"]
 
 
 def fit(run_dir, runtime, plan, seed=0, **task_options):

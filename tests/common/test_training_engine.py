@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from common.training import Engine, Plan, TrainState, seeds_record, train_seeds
+from common.training import Engine, Plan, Task, TrainState, seeds_record, train_seeds
 from common.utils import Checkpointer, console, read_metrics
 from common.utils.runtime import Runtime
 
@@ -55,6 +55,34 @@ def test_ctrl_c_then_rerun_follows_the_uninterrupted_run_exactly(tmp_path, inter
     assert names(tmp_path / "cut") == names(tmp_path / "whole")
     losses = lambda d: [r["train/loss"] for r in read_metrics(d / "metrics.jsonl", "train/loss")]  # noqa: E731
     assert losses(tmp_path / "cut")[-3:] == losses(tmp_path / "whole")[-3:]
+
+
+def test_a_tasks_saved_attributes_round_trip_a_schedule_through_its_own_state_dict():
+    class Halving:  # a schedule that is not a torch scheduler
+        def __init__(self):
+            self.lr = 1.0
+
+        def state_dict(self):
+            return {"lr": self.lr}
+
+        def load_state_dict(self, state):
+            self.lr = state["lr"]
+
+    class Saving(Task):
+        saved = ("schedule", "best")
+
+        def __init__(self):
+            self.schedule, self.best = Halving(), None
+
+    task = Saving()
+    task.schedule.lr, task.best = 0.25, {"acc": 0.8}
+    state = task.state_dict()
+    assert state == {"schedule": {"lr": 0.25}, "best": {"acc": 0.8}}
+    restored = Saving()
+    schedule = restored.schedule
+    restored.load_state_dict(state)
+    assert restored.schedule is schedule and schedule.lr == 0.25 and restored.best == {"acc": 0.8}
+    assert Task().state_dict() == {}
 
 
 def _records(run_dir):
@@ -153,20 +181,22 @@ def test_progress_shows_a_fixed_total_or_the_bound_patience_sets(tmp_path, monke
 def test_seeds_are_reused_a_changed_config_refused_and_records_written(tmp_path):
     calls = []
 
-    def fit_seed(seed):
+    def task(seed, run_dir):
         calls.append(seed)
-        _, state = fit(tmp_path / f"seed{seed}", CPU, Plan(max_epochs=2), seed=seed)
-        return {"seed": seed, "dev": {"mse": state.history[-1]["dev/mse"]}}
+        assert run_dir == tmp_path / f"seed{seed}"
+        return ToyTask(seed, CPU)
 
-    config = {"lr": 0.05, "seeds": 2}
-    first = train_seeds(tmp_path, config, ["seeds"], [0, 1], fit_seed, lambda r: f"{r['dev']['mse']:.3f}",
-                        progress=False)
+    config, plan, line = {"lr": 0.05, "seeds": 2}, Plan(max_epochs=2), lambda r: f"{r['dev']['mse']:.3f}"
+    first = train_seeds(tmp_path, config, ["seeds"], [0, 1], CPU, task, plan, line, progress=False)
     assert calls == [0, 1] and json.loads((tmp_path / "seed1.json").read_text()) == first[1]
-    again = train_seeds(tmp_path, {**config, "seeds": 3}, ["seeds"], [0, 1, 2], fit_seed, str, progress=False)
+    assert (tmp_path / "seed1" / "metrics.jsonl").is_file()  # the engine ran under the seed's directory
+    again = train_seeds(tmp_path, {**config, "seeds": 3}, ["seeds"], [0, 1, 2], CPU, task,
+                        lambda t: Plan(max_epochs=2 + t.seed), line, progress=False)
     assert calls == [0, 1, 2] and again[:2] == first  # seeds 0 and 1 reused, no training
+    assert json.loads((tmp_path / "seed2" / "metrics.jsonl").read_text().splitlines()[-1])["epoch"] == 4  # its plan
     assert first[0]["dev"] != first[1]["dev"]  # the seed matters
     with pytest.raises(ValueError, match="lr"):
-        train_seeds(tmp_path, {**config, "lr": 0.1}, ["seeds"], [0], fit_seed, str, progress=False)
+        train_seeds(tmp_path, {**config, "lr": 0.1}, ["seeds"], [0], CPU, task, plan, line, progress=False)
 
 
 def test_the_seeds_record_summarises_metric_dicts_and_numbers_over_the_seeds():

@@ -11,7 +11,8 @@ from torch_geometric.data import Data
 from common.utils.runtime import Runtime
 from graphattn.config import load_config
 from graphattn.models import build_model, evaluate_split, prepare_features
-from graphattn.training import fit_seed
+from common.training import Engine
+from graphattn.training import GATTask, plan_of
 
 #: BAM-WC without dropout (its masks would be drawn differently in other dtypes and devices).
 DETERMINISTIC = ["model.dropout=0", "model.value_dropout=0", "kl.weight=0.1", "kl.schedule=constant"]
@@ -43,7 +44,8 @@ def train_probe(device: str = "cpu", precision: str = "fp32", epochs: int = 8, a
     runtime = Runtime(torch.device(device), precision)
     data = synthetic_graph().to(runtime.device)
     with tempfile.TemporaryDirectory() as out:
-        fit_seed(cfg, data, 0, Path(out), runtime, progress=False)
+        task = GATTask(cfg, data, 0, Path(out) / "seed0", runtime)
+        task.record(Engine(runtime, task.dir, plan_of(cfg), progress=False).fit(task))
         checkpoint = torch.load(Path(out) / "seed0.pt", map_location=runtime.device, weights_only=False)
     return {"losses": [row["train/loss"] for row in checkpoint["history"]],
             "eval": checkpoint["metrics"]["test"]["loss"], "checkpoint": checkpoint, "cfg": cfg, "data": data}

@@ -207,8 +207,8 @@ def test_ctrl_c_and_a_rerun_give_the_uninterrupted_results(rte16, straight, tmp_
     assert [without_time(r) for r in record["per_seed"]] == [without_time(r) for r in reference["per_seed"]]
     state, reference_state = final_state(out), final_state(reference_dir)
     assert state["step"] == reference_state["step"] == 3 * PER_EPOCH
-    assert state["extra"]["task"]["loss"] == reference_state["extra"]["task"]["loss"]
-    assert state["extra"]["task"]["kl"] == reference_state["extra"]["task"]["kl"] > 0
+    assert state["extra"]["task"]["last"]["loss"] == reference_state["extra"]["task"]["last"]["loss"]
+    assert state["extra"]["task"]["last"]["kl"] == reference_state["extra"]["task"]["last"]["kl"] > 0
     for name, value in reference_state["model"].items():
         assert torch.equal(state["model"][name], value), name
 

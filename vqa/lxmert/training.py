@@ -51,6 +51,8 @@ class LxmertTask(Task):
     batches, the BCE + span penalty + weighted BAM KL, spans clamped and head values logged after the updates,
     and the eval split's accuracy (pruned layers when ``model.prune_at_eval``) at every epoch's end."""
 
+    saved = ("last_bce",)
+
     def __init__(self, cfg: DictConfig, out_dir: Path, runtime: Runtime, resuming: bool, progress: bool):
         self.cfg, self.runtime, self.progress = cfg, runtime, progress
         check_run_inputs(cfg, resuming)
@@ -132,12 +134,6 @@ class LxmertTask(Task):
                         f", {self.cfg.data.eval_split} accuracy {metrics['val/accuracy']:.2f}" if "eval" in metrics
                         else ""))
         return metrics
-
-    def state_dict(self) -> dict:
-        return {"last_bce": self.last_bce}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.last_bce = state["last_bce"]
 
 
 def run(cfg: DictConfig, progress: bool = True) -> Dict:
