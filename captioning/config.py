@@ -70,3 +70,8 @@ def build_model(cfg: DictConfig, vocab: Vocabulary, feature_dim: int) -> Att2in:
     model_cfg = Att2inConfig(vocab_size=len(vocab), feature_dim=feature_dim, attention=cfg.attention.name,
                              attention_options=OmegaConf.to_container(cfg.attention.options), **cfg.model)
     return Att2in(model_cfg, bos=vocab.bos, pad=vocab.pad)
+
+
+#: Config keys that may change between a run and its resumption (where files go, speed knobs, length).
+RESUMABLE_KEYS = ("data_root", "out_dir", "device", "eval", "train.num_threads", "train.num_workers", "train.epochs",
+                  "train.precision", "train.compile")

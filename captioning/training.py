@@ -23,17 +23,13 @@ from common.utils.distributed import cleanup, shard_sampler, wrap_model
 from common.utils.runs import open_run_dir
 from common.utils.runtime import Runtime
 
-from .config import build_model, data_path, prepared_dir, run_dir, to_dict
+from .config import RESUMABLE_KEYS, build_model, data_path, prepared_dir, run_dir, to_dict
 from .data import CaptionCorpus, CaptionDataset, collate
 from .evaluate import caption_images
 from .metrics import format_scores, score_captions
 from .models import caption_nll
 from .run_inputs import check_run_inputs
 from .schedule import learning_rate, ss_probability
-
-#: Config keys that may change between a run and its resumption (where files go, speed knobs, length).
-RESUMABLE_KEYS = ("data_root", "out_dir", "device", "eval", "train.num_threads", "train.num_workers", "train.epochs",
-                  "train.precision", "train.compile")
 
 
 class CaptioningTask(Task):

@@ -106,3 +106,8 @@ def load_config(
 
 def default_out_dir(cfg: DictConfig) -> Path:
     return Path(cfg.out_dir) if cfg.out_dir else Path("runs") / "gat" / cfg.dataset / cfg.attention.name
+
+
+#: Config keys a rerun may change (where files go, how many seeds, where and how fast they compute).
+RESUMABLE_KEYS = ("data_root", "out_dir", "seeds", "first_seed", "device", "train.num_threads", "train.compile",
+                  "loader.num_workers", "loader.eval_batch_size")

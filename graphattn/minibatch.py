@@ -25,7 +25,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader
 
 from common.training import EpochBatches
-from common.utils.distributed import DistEnv, all_reduce_sum
+from common.utils.distributed import DistEnv
 
 if TYPE_CHECKING:
     from torch_geometric.data import Data
@@ -107,13 +107,6 @@ def quiet_sampler():
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Using 'NeighborSampler' without a 'pyg-lib'", category=UserWarning)
         yield
-
-
-def global_count(local: int, env: DistEnv, device: torch.device) -> int:
-    """The number of seed nodes in this step's global batch (summed over processes)."""
-    if not env.distributed:
-        return local
-    return int(all_reduce_sum(torch.tensor(local, device=device), env))
 
 
 def seed_loss(logits: Tensor, y: Tensor, global_count: int, env: DistEnv) -> Tensor:

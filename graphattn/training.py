@@ -21,20 +21,16 @@ from common import attention
 from common.training import Plan, Task, TrainState, seeds_record, train_seeds
 from common.utils import atomic_save, atomic_write_json, seed_everything
 from common.utils.config import note_deviations
-from common.utils.distributed import cleanup, main_first, wrap_model
+from common.utils.distributed import cleanup, global_count, main_first, wrap_model
 from common.utils.runs import mean_std
 from common.utils.runtime import DeviceError, Runtime
 
 from . import layerwise, minibatch
-from .config import default_out_dir, deviations, to_dict
+from .config import RESUMABLE_KEYS, default_out_dir, deviations, to_dict
 from .models import build_model, prepare_features, split_metrics
 
 if TYPE_CHECKING:
     from torch_geometric.data import Data
-
-#: Config keys a rerun may change (where files go, how many seeds, where and how fast they compute).
-RESUMABLE_KEYS = ("data_root", "out_dir", "seeds", "first_seed", "device", "train.num_threads", "train.compile",
-                  "loader.num_workers", "loader.eval_batch_size")
 
 
 class GATTask(Task):
@@ -87,7 +83,7 @@ class GATTask(Task):
             loss = ce + kl_weight * kl
             self.runtime.backward(loss)
             return {"train/loss": loss, "train/ce": ce, "train/acc": correct.float().mean(), "train/kl": kl}
-        count = minibatch.global_count(y.numel(), self.env, self.runtime.device)
+        count = global_count(y.numel(), self.env, self.runtime.device)
         self.runtime.backward(minibatch.seed_loss(logits, y, count, self.env) + kl_weight * kl)
         return {"ce": F.cross_entropy(logits.detach(), y, reduction="sum"), "correct": correct.sum(),
                 "seeds": y.numel(), "kl": kl}

@@ -32,3 +32,9 @@ def load_config(preset: str, overrides: Sequence[str] = (), config_file: Optiona
     base.preset = preset
     return layer_configs(base, config_file, overrides, open_keys=["model"],
                          defaults_name=f"mt/configs/defaults.yaml and {preset}.yaml", rules=RULES)
+
+
+#: Config keys that may change between a run and its resumption (where files go, stopping, speed, evaluation).
+RESUMABLE_KEYS = ("data_root", "prepared_dir", "out_dir", "device", "train.max_steps", "train.max_epochs",
+                  "train.max_minutes", "train.patience", "train.threads", "train.precision", "train.compile",
+                  "train.log_every", "train.progress", "train.average_last", "eval")

@@ -28,22 +28,18 @@ from omegaconf import DictConfig
 from common import attention
 from common.training import Engine, Plan, Task, TrainState
 from common.utils import atomic_save, console, seed_everything
-from common.utils.distributed import all_reduce_sum, barrier, main_first, round_robin, wrap_model
+from common.utils.distributed import barrier, global_count, main_first, round_robin, wrap_model
 from common.utils.runtime import Runtime
 from common.utils.updates import check_updates
 
 from .batching import Batch, collate, token_batches
-from .config import to_dict
+from .config import RESUMABLE_KEYS, to_dict
 from .data import ensure_prepared, load_split
 from .results import epochs, finish, run_title
 from .run import RunFiles, new_model
 from .schedule import LRSchedule
 from .validation import validate
 
-#: Config keys that may change between a run and its resumption (where files go, stopping, speed, evaluation).
-RESUMABLE_KEYS = ("data_root", "prepared_dir", "out_dir", "device", "train.max_steps", "train.max_epochs",
-                  "train.max_minutes", "train.patience", "train.threads", "train.precision", "train.compile",
-                  "train.log_every", "train.progress", "train.average_last", "eval")
 #: With ``train.compile=reduce-overhead`` batch lengths are rounded up to a multiple of this: fewer shapes, each
 #: recorded once as a CUDA graph.
 LENGTH_MULTIPLE = 16
@@ -131,7 +127,7 @@ class TranslationTask(Task):
         kl_weight = self.kl(state.step + 1)
         batches = [self.collate(indices) for indices in mine]
         tokens = sum(int(batch.tgt_out.ne(self.tgt_pad).sum()) for batch in batches)
-        total = int(all_reduce_sum(torch.tensor(tokens, device=runtime.device), env)) if env.distributed else tokens
+        total = global_count(tokens, env, runtime.device)
         weight = 1.0
         if not batches:
             batches, weight = [self.collate(fallback)], 0.0

@@ -92,3 +92,8 @@ def _sets_options(overrides: Sequence[str], config_file: Optional[str]) -> bool:
 
         return OmegaConf.select(load_user_config(config_file), "attention.options") is not None
     return False
+
+
+#: Keys that may differ when a run resumes (they do not change what is computed).
+RESUMABLE_KEYS = ("device", "out_dir", "data_root", "seeds", "train.num_threads", "train.checkpoint_every",
+                  "train.eval_batch_size")

@@ -27,7 +27,7 @@ from common.utils import atomic_write_json, console, seed_everything
 from common.utils.config import note_deviations, to_dict
 from common.utils.runtime import DeviceError, Runtime
 
-from .config import default_out_dir, deviations, run_label
+from .config import RESUMABLE_KEYS, default_out_dir, deviations, run_label
 from .data import GlueFormatError
 from .model import GlueData, attention_dropout, collate, load_classifier, parameter_groups, task_loss
 from .predict import evaluate
@@ -35,9 +35,6 @@ from .pretrained import PretrainedError, resolve_model
 
 #: Errors that end a run with a one-line message (exit status 2).
 RUN_ERRORS = (GlueFormatError, PretrainedError, DeviceError, ValueError, FileNotFoundError)
-#: Keys that may differ when a run resumes (they do not change what is computed).
-RESUMABLE_KEYS = ("device", "out_dir", "data_root", "seeds", "train.num_threads", "train.checkpoint_every",
-                  "train.eval_batch_size")
 
 
 class GlueTask(Task):

@@ -56,3 +56,7 @@ def default_out_dir(cfg: DictConfig) -> Path:
         return Path(cfg.out_dir)
     name = cfg.variant if cfg.attention.name == "softmax" else f"{cfg.variant}-{cfg.attention.name}"
     return Path("runs") / "tagging" / Path(str(cfg.treebank)).name / name
+
+
+#: Keys that may differ when a run resumes (they do not change what is computed).
+RESUMABLE_KEYS = ("device", "out_dir", "data_root", "seeds", "train.num_threads")

@@ -23,7 +23,7 @@ from common.utils import atomic_save, atomic_write_json, console, default_data_r
 from common.utils.config import note_deviations, to_dict
 from common.utils.runtime import DeviceError, Runtime
 
-from .config import default_out_dir, deviations
+from .config import RESUMABLE_KEYS, default_out_dir, deviations
 from .data import Treebank, TreebankError, batches, load_treebank
 from .metrics import updates_to_reach
 from .model import variant_label
@@ -31,8 +31,6 @@ from .predict import build_model, dev_accuracy, evaluate
 
 #: Errors that end a run with a one-line message (exit status 2).
 RUN_ERRORS = (TreebankError, DeviceError, ValueError, FileNotFoundError)
-#: Keys that may differ when a run resumes (they do not change what is computed).
-RESUMABLE_KEYS = ("device", "out_dir", "data_root", "seeds", "train.num_threads")
 
 
 class TaggingTask(Task):

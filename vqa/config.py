@@ -37,3 +37,8 @@ def load_config(overrides: Sequence[str] = (), config_file: Optional[str] = None
 def default_out_dir(cfg: DictConfig) -> Path:
     """``out_dir``, else ``runs/vqa/mcan/<attention>``."""
     return Path(cfg.out_dir) if cfg.out_dir else Path("runs") / "vqa" / "mcan" / cfg.attention.name
+
+
+#: Config keys that may change between a run and its resumption (where files go, speed knobs, the epochs).
+RESUMABLE_KEYS = ("data_root", "out_dir", "device", "train.epochs", "train.num_workers", "train.num_threads",
+                  "train.eval_batch_size", "train.log_every", "train.precision", "train.compile")

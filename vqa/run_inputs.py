@@ -21,13 +21,9 @@ from common.utils.runtime import Runtime
 from common.utils.updates import full_batches
 
 from .answers import ANSWERS_FIX, AnswerVocab
-from .config import to_dict
+from .config import RESUMABLE_KEYS, to_dict
 from .data import (GLOVE_FIX, QuestionEncoder, VQADataError, VQADataset, build_question_vocab, data_path, load_glove,
                    load_split, split_inputs)
-
-#: Config keys that may change between a run and its resumption (where files go, speed knobs, the epochs).
-RESUMABLE_KEYS = ("data_root", "out_dir", "device", "train.epochs", "train.num_workers", "train.num_threads",
-                  "train.eval_batch_size", "train.log_every", "train.precision", "train.compile")
 
 
 def prepare_run(cfg: DictConfig, out_dir: Path, train_questions: Sequence[dict]) -> Tuple[Vocabulary, AnswerVocab]:

@@ -137,6 +137,12 @@ def all_reduce_sum(value: torch.Tensor, env: DistEnv) -> torch.Tensor:
     return value
 
 
+def global_count(local: int, env: DistEnv, device: torch.device) -> int:
+    """The sum of a count over processes (the seed nodes or target tokens of a global batch), ``local`` when
+    alone."""
+    return int(all_reduce_sum(torch.tensor(local, device=device), env)) if env.distributed else local
+
+
 def broadcast_objects(objects: List[Any], env: DistEnv, src: int = 0) -> List[Any]:
     """The main process's ``objects`` (picklable) on every process, e.g. a decision taken after
     a validation that only the main process ran."""

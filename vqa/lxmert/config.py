@@ -54,3 +54,9 @@ def load_config(variant: Optional[str] = None, overrides: Sequence[str] = (),
 def default_out_dir(cfg: DictConfig) -> Path:
     """``out_dir``, else ``runs/lxmert/<variant>``."""
     return Path(cfg.out_dir) if cfg.out_dir else Path("runs") / "lxmert" / cfg.variant
+
+
+#: keys that may change when a run is resumed (where files go, speed and logging knobs)
+RESUMABLE_KEYS = ("data_root", "out_dir", "device", "model.pretrained", "train.max_steps", "train.num_workers",
+                  "train.num_threads", "train.eval_batch_size", "train.log_every", "train.checkpoint_every",
+                  "train.precision", "train.compile")

@@ -30,7 +30,7 @@ from vqa.answers import AnswerVocab, answers_of
 from vqa.data import data_path
 from vqa.evaluation import vqa_accuracy, write_submission
 
-from .config import default_out_dir
+from .config import RESUMABLE_KEYS, default_out_dir
 from .data import model_inputs
 from .flops import measure_flops
 from .model import head_parameters, predict, vqa_loss
@@ -39,10 +39,6 @@ from .plots import plot_head_values
 from .prepare import (adaptation_of, check_run_inputs, load_data, prepare_model, pretrained_summary,
                       write_run_files)
 
-#: keys that may change when a run is resumed (where files go, speed and logging knobs)
-RESUMABLE_KEYS = ("data_root", "out_dir", "device", "model.pretrained", "train.max_steps", "train.num_workers",
-                  "train.num_threads", "train.eval_batch_size", "train.log_every", "train.checkpoint_every",
-                  "train.precision", "train.compile")
 PACKAGES = ("attention-suite", "torch", "transformers", "torch-optimizer", "entmax", "h5py", "numpy", "omegaconf")
 
 
