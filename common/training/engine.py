@@ -164,6 +164,10 @@ class Task:
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Restore :meth:`state_dict` on resumption (through ``load_state_dict`` where the attribute has one)."""
+        if set(state) != set(self.saved):
+            raise ValueError(f"its task state holds {sorted(state)} where {type(self).__name__} saves "
+                             f"{sorted(self.saved)}: another version of the code wrote it; resume with that version, "
+                             f"or train afresh in another out_dir")
         for name, value in state.items():
             if hasattr(getattr(self, name, None), "load_state_dict"):
                 getattr(self, name).load_state_dict(value)
@@ -195,7 +199,10 @@ class Engine:
             extra = saved["extra"]
             self.state = TrainState(**extra["engine"])
             self.state.done = self.state.done and self._limit_reached()  # a rerun may raise the limits
-            task.load_state_dict(extra["task"])
+            try:
+                task.load_state_dict(extra["task"])
+            except ValueError as error:
+                raise ValueError(f"checkpoint {self.checkpointer.paths()[-1]}: {error}") from None
             if self.env.is_main:  # the others' shares are in the main process's sums
                 self._window.load(extra["sums"]["window"], self.runtime.device)
                 self._epoch_sums.load(extra["sums"]["epoch"], self.runtime.device)

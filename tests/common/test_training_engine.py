@@ -83,6 +83,18 @@ def test_a_tasks_saved_attributes_round_trip_a_schedule_through_its_own_state_di
     restored.load_state_dict(state)
     assert restored.schedule is schedule and schedule.lr == 0.25 and restored.best == {"acc": 0.8}
     assert Task().state_dict() == {}
+    with pytest.raises(ValueError, match=r"holds \['best', 'loss'\] where Saving saves \['best', 'schedule'\]"):
+        Saving().load_state_dict({"loss": 0.5, "best": None})  # another version's checkpoint
+
+
+def test_a_checkpoint_of_another_task_state_is_refused_with_its_path(tmp_path):
+    fit(tmp_path, CPU, Plan(max_epochs=1))
+    path = Checkpointer(tmp_path).paths()[-1]
+    saved = torch.load(path, weights_only=False)
+    saved["extra"]["task"] = {"count": 3}  # what an older ToyTask saved
+    torch.save(saved, path)
+    with pytest.raises(ValueError, match=f"checkpoint {path}: its task state holds"):
+        fit(tmp_path, CPU, Plan(max_epochs=2))
 
 
 def _records(run_dir):
