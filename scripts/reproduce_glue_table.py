@@ -182,7 +182,43 @@ def build_table(found) -> dict:
             entries["rows"][row] = entry
     _holm_by_arm(table["tasks"])
     table["across_tasks"] = across_tasks(table["tasks"])
+    table["kl_sweep"] = kl_sweep(table["tasks"])
     return table
+
+
+#: The KL-weight sweep's reference row: the standard recipe's BAM-WC at the preset's weight.
+SWEEP_REFERENCE = "standard-bam-wc"
+
+
+def kl_weight(row: str) -> float:
+    """The ``kl.weight`` a row's options set."""
+    return next(float(option.split("=", 1)[1]) for option in ROWS[row].options if option.startswith("kl.weight="))
+
+
+def kl_sweep(tasks: dict) -> dict:
+    """Per task where the sweep ran: each other KL weight's row minus :data:`SWEEP_REFERENCE` on the main metric, paired
+    over the seeds both have, its p Holm-adjusted over the task's sweep comparisons. This tests directly whether the KL
+    term at the preset's weight holds fine-tuning back (each row against softmax does not)."""
+    from common.metrics.paired import holm_adjust, paired_p_value, paired_t
+
+    sweep = {}
+    for task, t in tasks.items():
+        rows, metric = t["rows"], t["main_metric"]
+        if SWEEP_REFERENCE not in rows:
+            continue
+        reference = rows[SWEEP_REFERENCE]["per_seed"]
+        comparisons = {}
+        for row in ROWS:
+            shared = sorted(set(rows.get(row, {}).get("per_seed", {})) & set(reference))
+            if row.startswith(SWEEP_REFERENCE + "-kl") and len(shared) >= 2:
+                a = [reference[s]["dev"][metric] for s in shared]
+                b = [rows[row]["per_seed"][s]["dev"][metric] for s in shared]
+                comparisons[row] = {"kl_weight": kl_weight(row), **paired_t(a, b).as_dict(), "p": paired_p_value(a, b)}
+        for entry, p in zip(comparisons.values(), holm_adjust([c["p"] for c in comparisons.values()])):
+            entry["p_holm"] = p
+        if comparisons:
+            sweep[task] = {"reference_kl_weight": kl_weight(SWEEP_REFERENCE), "metric": metric, "rows": comparisons}
+    return sweep
 
 
 def across_tasks(tasks: dict) -> dict:
@@ -243,6 +279,12 @@ def markdown(table: dict) -> str:
                       + ", ".join(f"{task} {v}" for task, v in summary["verdicts"].items())
                       + f"; random-effects mean {effects['mean']:+.2f} [{effects['low']:+.2f}, {effects['high']:+.2f}]"
                       f" points (tau {effects['tau']:.2f})."]
+    for task, sweep in table.get("kl_sweep", {}).items():
+        lines += ["", f"KL-weight sweep on {task} (standard recipe, BAM-WC), each weight minus weight "
+                      f"{sweep['reference_kl_weight']:g}, {sweep['metric']} paired by seed, 95% CI (MDD, n, Holm p over "
+                      f"{len(sweep['rows'])}): " + "; ".join(
+                          f"{c['kl_weight']:g}: {c['mean']:+.2f} [{c['low']:+.2f}, {c['high']:+.2f}] ({c['mdd']:.2f}, "
+                          f"n={c['n']}, {format_p(c['p_holm'])})" for c in sweep["rows"].values()) + "."]
     return "\n".join(lines) + "\n"
 
 

@@ -118,6 +118,30 @@ def test_verdicts_are_holm_adjusted_over_the_comparisons_with_one_softmax_arm(ta
     assert f"| {2 * p:.3f} (2) | none detected |" in table_script.markdown(table)
 
 
+def test_the_kl_sweep_pairs_each_weight_with_the_presets_weight_holm_adjusted(table_script, tmp_path):
+    """Weight 0 is above weight 0.01 on every seed, weight 0.001 is not; each is paired with the 0.01 row (not with
+    softmax) over the seeds both have, and Holm's correction runs over the two comparisons."""
+    lift = {"standard-bam-wc-kl0": (1.0, 1.5, 0.5, 1.2), "standard-bam-wc-kl0.001": (0.5, -0.5, 0.3, -0.4)}
+    for seed in range(4):
+        _run(tmp_path, "MRPC", "standard-softmax", seed, 79.0, 80.0)
+        _run(tmp_path, "MRPC", "standard-bam-wc", seed, 78.0 + seed, 80.0)
+        for row, gains in lift.items():
+            if row.endswith("kl0") or seed < 3:  # 0.001 has three seeds
+                _run(tmp_path, "MRPC", row, seed, 78.0 + seed + gains[seed], 80.0)
+    sweep = table_script.build_table(table_script.load_results(tmp_path))["kl_sweep"]["MRPC"]
+    assert sweep["reference_kl_weight"] == 0.01 and sweep["metric"] == "accuracy"
+    zero, small = sweep["rows"]["standard-bam-wc-kl0"], sweep["rows"]["standard-bam-wc-kl0.001"]
+    assert (zero["kl_weight"], zero["n"], small["n"]) == (0.0, 4, 3)
+    assert zero["mean"] == pytest.approx(1.05) and small["mean"] == pytest.approx(0.1)
+    p_zero = stats.ttest_1samp(lift["standard-bam-wc-kl0"], 0.0).pvalue
+    p_small = stats.ttest_1samp(lift["standard-bam-wc-kl0.001"][:3], 0.0).pvalue
+    assert zero["p"] == pytest.approx(p_zero) and zero["p_holm"] == pytest.approx(2 * p_zero)
+    assert small["p_holm"] == pytest.approx(max(2 * p_zero, p_small))
+    line = table_script.markdown(table_script.build_table(table_script.load_results(tmp_path))).splitlines()[-1]
+    assert line.startswith("KL-weight sweep on MRPC (standard recipe, BAM-WC), each weight minus weight 0.01")
+    assert f"0: +1.05 [{zero['low']:+.2f}, {zero['high']:+.2f}] ({zero['mdd']:.2f}, n=4, {2 * p_zero:.3f})" in line
+
+
 def test_a_table_json_builds_the_same_table_again(table_script, tmp_path):
     import json as json_module
 
