@@ -41,7 +41,8 @@ class GATTask(Task):
     saved = ("best",)
 
     def __init__(self, cfg: DictConfig, data: Data, seed: int, run_dir: Path, runtime: Runtime):
-        self.cfg, self.data, self.seed, self.dir, self.runtime, self.env = cfg, data, seed, run_dir, runtime, runtime.env
+        self.cfg, self.data, self.seed, self.dir, self.runtime = cfg, data, seed, run_dir, runtime
+        self.env = runtime.env
         seed_everything(seed, deterministic=cfg.train.deterministic)
         self.model = build_model(cfg, data.num_features, data.num_classes).to(runtime.device)
         self.forward = runtime.compile(wrap_model(self.model, self.env))

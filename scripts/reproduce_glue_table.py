@@ -281,8 +281,8 @@ def markdown(table: dict) -> str:
                       f" points (tau {effects['tau']:.2f})."]
     for task, sweep in table.get("kl_sweep", {}).items():
         lines += ["", f"KL-weight sweep on {task} (standard recipe, BAM-WC), each weight minus weight "
-                      f"{sweep['reference_kl_weight']:g}, {sweep['metric']} paired by seed, 95% CI (MDD, n, Holm p over "
-                      f"{len(sweep['rows'])}): " + "; ".join(
+                      f"{sweep['reference_kl_weight']:g}, {sweep['metric']} paired by seed, 95% CI (MDD, n, "
+                      f"Holm p over {len(sweep['rows'])}): " + "; ".join(
                           f"{c['kl_weight']:g}: {c['mean']:+.2f} [{c['low']:+.2f}, {c['high']:+.2f}] ({c['mdd']:.2f}, "
                           f"n={c['n']}, {format_p(c['p_holm'])})" for c in sweep["rows"].values()) + "."]
     return "\n".join(lines) + "\n"

@@ -169,8 +169,9 @@ class Task:
                              f"{sorted(self.saved)}: another version of the code wrote it; resume with that version, "
                              f"or train afresh in another out_dir")
         for name, value in state.items():
-            if hasattr(getattr(self, name, None), "load_state_dict"):
-                getattr(self, name).load_state_dict(value)
+            current = getattr(self, name, None)
+            if hasattr(current, "state_dict"):  # saved through its state_dict (_state_of): restored through its own
+                current.load_state_dict(value)
             else:
                 setattr(self, name, value)
 

@@ -16,13 +16,13 @@ from .engine import Engine, Plan, Task
 
 
 def train_seeds(out_dir: Path, config: Dict, resumable: Iterable[str], seeds: Iterable[int], runtime: Runtime,
-                task: Callable[[int, Path], Task], plan: Union[Plan, Callable[[Task], Plan]], describe: Callable[[dict], str],
-                progress: bool = True, desc: str = "seeds") -> List[dict]:
+                task: Callable[[int, Path], Task], plan: Union[Plan, Callable[[Task], Plan]],
+                describe: Callable[[dict], str], progress: bool = True, desc: str = "seeds") -> List[dict]:
     """Each seed's record, in order: read from ``seed<k>.json`` when an earlier run finished the seed, else
     trained: ``task(seed, run_dir)`` under ``<out_dir>/seed<k>`` by an :class:`Engine` to the end of ``plan`` (or of
-    ``plan(task)``, a budget the task computes), and its ``task.record(state)`` written to ``seed<k>.json`` by the main process. ``out_dir`` gets
-    ``config.json``; one holding another config (beyond the ``resumable`` keys) is refused with the keys named.
-    ``describe(record)`` is the seed's line in the log (``test accuracy 83.10``)."""
+    ``plan(task)``, a budget the task computes), and its ``task.record(state)`` written to ``seed<k>.json`` by the
+    main process. ``out_dir`` gets ``config.json``; one holding another config (beyond the ``resumable`` keys) is
+    refused with the keys named. ``describe(record)`` is the seed's line in the log (``test accuracy 83.10``)."""
     env = runtime.env
     if env.is_main:
         open_run_dir(out_dir, config, resumable)
