@@ -44,7 +44,9 @@ def load_classifier(model_dir: Path, task: TaskSpec, attention: Optional[Mapping
     """``(model, newly initialised keys)``: the checkpoint at ``model_dir`` with a fresh head of
     ``task.num_labels`` outputs, every supported attention module swapped to ``attention`` (a mapping of
     :class:`~common.attention.blocks.AttendConfig` fields, e.g. ``{"normalizer": "bam-wc"}``; ``None``
-    leaves the model's own attention) with attention dropout ``dropout`` (``None``: the checkpoint's)."""
+    leaves the model's own attention) with attention dropout ``dropout`` (``None``: the checkpoint's). The weights
+    are float32 whatever the checkpoint stores (transformers 5 would keep a half checkpoint's dtype and train it
+    without a loss scaler); ``train.precision`` chooses the arithmetic."""
     from transformers import AutoModelForSequenceClassification
     from transformers.utils import logging
 
@@ -53,7 +55,8 @@ def load_classifier(model_dir: Path, task: TaskSpec, attention: Optional[Mapping
     logging.disable_progress_bar()  # a bar per load would interleave with the run's own progress lines
     try:
         model, info = AutoModelForSequenceClassification.from_pretrained(  # a head of another size is new too
-            model_dir, num_labels=task.num_labels, output_loading_info=True, ignore_mismatched_sizes=True)
+            model_dir, num_labels=task.num_labels, output_loading_info=True, ignore_mismatched_sizes=True,
+            dtype=torch.float32)
     finally:
         logging.set_verbosity(verbosity)
         if bars:

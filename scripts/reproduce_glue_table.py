@@ -3,9 +3,11 @@ pretrained encoder that can be had here (default: MiniLM-L6), seeds paired, then
 
     python scripts/reproduce_glue_table.py --tasks MRPC RTE --seeds 10 --jobs 2         # the authors' setup, 2 arms
     python scripts/reproduce_glue_table.py --tasks CoLA STS-B --seeds 5 --jobs 2
+    python scripts/reproduce_glue_table.py --tasks RTE --first-seed 5 --seeds 5 --jobs 10  # seeds 5-9 elsewhere
     python scripts/reproduce_glue_table.py --tasks MRPC --rows standard-softmax standard-bam-wc \
         standard-bam-wc-kl0.001 standard-bam-wc-kl0 --seeds 5 --jobs 2                   # the KL-weight sweep
     python scripts/reproduce_glue_table.py --table-only                       # the table from the runs so far
+    python scripts/reproduce_glue_table.py --table-only --merge docs/tables/glue-table.json   # and a table's seeds
 
 Each cell is one seed of one row on one task, a ``python -m nlu.train`` run (``--threads 1``; ``--jobs`` at a
 time) into ``<out>/<task>/<row>/seed<k>``; finished cells are skipped, so an interrupted grid resumes. Cells run
@@ -68,15 +70,24 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--rows", nargs="+", default=DEFAULT_ROWS, choices=list(ROWS),
                         help=f"default: {' '.join(DEFAULT_ROWS)}")
     parser.add_argument("--seeds", type=int, default=10, help="seeds per cell (default 10)")
+    parser.add_argument("--first-seed", type=int, default=0,
+                        help="the first seed (default 0): cells take seeds first-seed .. first-seed + seeds - 1, so "
+                             "that a grid can be split over machines and its tables merged (--merge)")
     parser.add_argument("--jobs", type=int, default=1, help="runs at a time, each on one thread (default 1)")
+    parser.add_argument("--stop-after", type=float, metavar="MINUTES",
+                        help="start no cell after this long and interrupt the running ones (each saves a checkpoint): "
+                             "a rerun resumes them, e.g. over several sessions of a lent GPU")
     parser.add_argument("--model", help="minilm-l6 (default) or a local Hugging Face checkpoint directory")
     parser.add_argument("--data-root", help="directory holding glue/ (default: $ATTN_DATA_ROOT)")
     parser.add_argument("--out", default="runs/glue-table", help="output directory (default runs/glue-table)")
     parser.add_argument("--table-only", action="store_true", help="write the table from the runs so far")
+    parser.add_argument("--merge", nargs="+", default=[], metavar="TABLE_JSON",
+                        help="also take the per-seed records of these table.json files (runs of the same grid made "
+                             "elsewhere); a seed found twice must have the same record")
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides for every run")
     args = parser.parse_args(argv)
-    if args.jobs < 1 or args.seeds < 1:
-        parser.error("--jobs and --seeds must be at least 1")
+    if args.jobs < 1 or args.seeds < 1 or args.first_seed < 0 or (args.stop_after is not None and args.stop_after <= 0):
+        parser.error("--jobs and --seeds must be at least 1, --first-seed at least 0, --stop-after above 0")
     try:
         args.tasks = [get_task(t).name for t in args.tasks]
     except ValueError as err:
@@ -87,7 +98,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def grid(args) -> List[Cell]:
     """The unfinished cells, seed by seed."""
     cells = []
-    for seed in range(args.seeds):
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
         for task in args.tasks:
             for row in args.rows:
                 out = Path(args.out) / task / row / f"seed{seed}"
@@ -121,6 +132,34 @@ def found_in_table(table: dict) -> Dict[str, Dict[str, Dict[int, dict]]]:
     table can be recomputed without the runs."""
     return {task: {row: {int(seed): record for seed, record in entry["per_seed"].items()}
                    for row, entry in t["rows"].items()} for task, t in table["tasks"].items()}
+
+
+def table_records(path: str) -> Dict[str, Dict[str, Dict[int, dict]]]:
+    """:func:`found_in_table` of a ``table.json`` file; an unreadable or foreign file is an error naming it."""
+    try:
+        return found_in_table(json.loads(Path(path).read_text(encoding="utf-8")))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+        raise ValueError(f"{path}: not a table.json of this script ({type(err).__name__}: {err}); give the "
+                         "table.json that reproduce_glue_table.py wrote") from err
+
+
+def merge_found(*founds: Dict[str, Dict[str, Dict[int, dict]]], sources=None) -> Dict[str, Dict[str, Dict[int, dict]]]:
+    """The per-seed records of several grids (:func:`load_results`, :func:`found_in_table`) in one. A cell found in
+    two with different records is an error naming it and its ``sources``: the same seed run twice is not two
+    seeds."""
+    sources = sources or [f"source {i + 1}" for i in range(len(founds))]
+    merged: Dict[str, Dict[str, Dict[int, dict]]] = defaultdict(lambda: defaultdict(dict))
+    origin = {}
+    for source, found in zip(sources, founds):
+        for task, rows in found.items():
+            for row, seeds in rows.items():
+                for seed, record in seeds.items():
+                    kept = {key: record.get(key) for key in RECORD_KEYS}
+                    if seed in merged[task][row] and merged[task][row][seed] != kept:
+                        raise ValueError(f"{task} {row} seed {seed} is in {origin[task, row, seed]} and in {source} "
+                                         "with different results; remove one of them (each seed is one run)")
+                    merged[task][row][seed], origin[task, row, seed] = kept, source
+    return merged
 
 
 #: The family-wise error rate of the verdicts.
@@ -291,7 +330,11 @@ def markdown(table: dict) -> str:
 def write_table(args) -> None:
     from common.utils.io import atomic_write_json, atomic_write_text
 
-    found = load_results(Path(args.out))
+    try:
+        found = merge_found(*map(table_records, args.merge), load_results(Path(args.out)),
+                            sources=[*args.merge, args.out])
+    except ValueError as err:
+        raise SystemExit(f"--merge: {err}") from err
     if not found:
         print(f"no finished runs under {args.out}", file=sys.stderr)
         return
@@ -303,7 +346,8 @@ def write_table(args) -> None:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    failed = [] if args.table_only else run_cells(grid(args), args.jobs, cwd=ROOT)
+    failed = [] if args.table_only else run_cells(grid(args), args.jobs, cwd=ROOT,
+                                                       stop_after=args.stop_after and 60 * args.stop_after)
     write_table(args)
     return 1 if failed else 0
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -20,27 +21,41 @@ class Cell:
     out: Path
 
 
-def run_cells(cells: Sequence[Cell], jobs: int, cwd: Optional[Path] = None) -> List[str]:
+def run_cells(cells: Sequence[Cell], jobs: int, cwd: Optional[Path] = None,
+              stop_after: Optional[float] = None) -> List[str]:
     """Run ``cells`` in order, ``jobs`` at a time, each on one torch thread (``OMP_NUM_THREADS=1``); print a
-    line as each ends. Returns the labels of the cells that failed."""
+    line as each ends. After ``stop_after`` seconds no cell starts and each running one gets a SIGINT (a trainer's
+    Ctrl-C: it saves a checkpoint and exits), so that a rerun resumes the grid where it stopped. Returns the labels
+    of the cells that failed (an interrupted cell has not failed)."""
     pending, running = list(cells), {}
     failed: List[str] = []
-    total, started = len(pending), time.time()
+    total, started, stopping, not_started = len(pending), time.time(), False, 0
     while pending or running:
-        while pending and len(running) < jobs:
+        while pending and len(running) < jobs and not stopping:
             cell = pending.pop(0)
             cell.out.mkdir(parents=True, exist_ok=True)
             log = open(cell.out / "train.log", "a")
             proc = subprocess.Popen(cell.command, stdout=log, stderr=subprocess.STDOUT, cwd=cwd,
                                     env={**os.environ, "OMP_NUM_THREADS": "1"})
             running[proc] = (cell, log)
-        time.sleep(2)
+        if stop_after is not None and not stopping and time.time() - started >= stop_after:
+            stopping = True
+            print(f"[{(time.time() - started) / 60:.0f} min] stopping: {len(running)} running cells interrupted, "
+                  f"{len(pending)} not started; a rerun resumes them", flush=True)
+            for proc in running:
+                proc.send_signal(signal.SIGINT)
+            pending, not_started = [], len(pending)
+        time.sleep(0.2 if stopping else 2)
         for proc in [p for p in running if p.poll() is not None]:
             cell, log = running.pop(proc)
             log.close()
-            done = total - len(pending) - len(running)
-            status = "done" if proc.returncode == 0 else f"FAILED (exit {proc.returncode}, see {log.name})"
-            if proc.returncode:
+            done = total - len(pending) - len(running) - not_started
+            if proc.returncode == 0:
+                status = "done"
+            elif stopping and proc.returncode == 130:
+                status = "interrupted (a rerun resumes it)"
+            else:
+                status = f"FAILED (exit {proc.returncode}, see {log.name})"
                 failed.append(cell.label)
             print(f"[{done}/{total}, {(time.time() - started) / 60:.0f} min] {cell.label}: {status}", flush=True)
     if failed:

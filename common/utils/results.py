@@ -1,6 +1,7 @@
 """Results records that say what produced them: config, seed(s), library versions, git commit."""
 from __future__ import annotations
 
+import os
 import platform
 import subprocess
 import sys
@@ -16,7 +17,8 @@ DEFAULT_PACKAGES = ("attention-suite", "torch", "torch-geometric", "entmax", "nu
 
 def git_commit(path: Optional[Path] = None) -> Optional[str]:
     """The commit checked out at ``path`` (default: this source tree), with ``-dirty`` when
-    tracked files are modified; ``None`` outside a git checkout."""
+    tracked files are modified. Outside a git checkout (a copy of the tree, e.g. on a lent GPU machine):
+    ``$ATTN_SOURCE_COMMIT``, the commit its copier names, else ``None``."""
     cwd = Path(path) if path else Path(__file__).resolve().parent
     try:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True,
@@ -24,7 +26,7 @@ def git_commit(path: Optional[Path] = None) -> Optional[str]:
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
                                capture_output=True, text=True, check=True, timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):
-        return None
+        return os.environ.get("ATTN_SOURCE_COMMIT") or None
     return sha + ("-dirty" if dirty else "")
 
 

@@ -160,3 +160,34 @@ def test_the_docs_table_is_the_committed_table_json(table_script):
     again = table_script.build_table(table_script.found_in_table(saved))
     assert json.loads(json.dumps(again)) == saved
     assert in_docs == table_script.markdown(again)
+
+
+def test_first_seed_moves_the_grids_seeds(table_script, tmp_path):
+    args = table_script.parse_args(["--tasks", "rte", "--first-seed", "5", "--seeds", "2", "--out", str(tmp_path)])
+    assert [cell.label for cell in table_script.grid(args)] == [
+        "RTE official-softmax seed 5", "RTE official-bam seed 5", "RTE official-softmax seed 6",
+        "RTE official-bam seed 6"]
+    assert "first_seed=6" in table_script.grid(args)[-1].command
+
+
+def test_merge_takes_another_tables_seeds_and_refuses_a_seed_run_twice(table_script, tmp_path, capsys):
+    here, there = tmp_path / "here", tmp_path / "there"
+    for seed in (0, 1):
+        _run(here, "RTE", "official-softmax", seed, 80.0 + seed, 85.0)
+        _run(here, "RTE", "official-bam", seed, 81.0 + 2 * seed, 85.0)
+    for seed in (2, 3):
+        _run(there, "RTE", "official-softmax", seed, 79.0, 84.0)
+        _run(there, "RTE", "official-bam", seed, 80.5 - seed, 84.0)
+    table_script.main(["--table-only", "--out", str(there)])
+    table_script.main(["--table-only", "--out", str(here), "--merge", str(there / "table.json")])
+    merged = json.loads((here / "table.json").read_text())["tasks"]["RTE"]["rows"]["official-bam"]
+    assert merged["seeds"] == [0, 1, 2, 3] and merged["paired"]["accuracy"]["n"] == 4
+    assert merged["paired"]["accuracy"]["mean"] == pytest.approx((1 + 2 - 0.5 - 1.5) / 4)
+
+    _run(there, "RTE", "official-bam", 0, 60.0, 70.0)  # seed 0 again, another result
+    table_script.main(["--table-only", "--out", str(there)])
+    with pytest.raises(SystemExit, match=r"RTE official-bam seed 0 is in .*table.json and in .*here"):
+        table_script.main(["--table-only", "--out", str(here), "--merge", str(there / "table.json")])
+    (tmp_path / "bad.json").write_text("[]")
+    with pytest.raises(SystemExit, match=r"bad.json: not a table.json of this script"):
+        table_script.main(["--table-only", "--out", str(here), "--merge", str(tmp_path / "bad.json")])

@@ -30,6 +30,7 @@ from common.utils.runtime import Runtime
 
 from nlu.config import deviations, load_config
 from nlu.data import read_split
+from nlu.tasks import get_task
 
 PAIRS = 16
 PER_EPOCH = 2  # 16 pairs in batches of 8
@@ -437,3 +438,20 @@ def test_a_detached_kl_gives_the_prior_network_no_gradient(rte16, tmp_path, deta
         assert all(grad is not None for grad in prior.values()) and any(grad.any() for grad in prior.values())
     query = seed_run.model.bert.encoder.layer[0].attention.self.query.weight.grad
     assert query is not None and query.any()  # the task loss trains the rest either way
+
+
+def test_a_half_precision_checkpoint_is_fine_tuned_in_float32(toy_bert, tmp_path):
+    """transformers 5 keeps a checkpoint's dtype: a float16 checkpoint would train in float16 without a scaler."""
+    from safetensors.torch import load_file
+    from transformers import BertForSequenceClassification
+
+    half = tmp_path / "half"
+    shutil.copytree(toy_bert, half)
+    BertForSequenceClassification.from_pretrained(toy_bert, dtype=torch.float16).save_pretrained(half)
+    saved = load_file(half / "model.safetensors")
+    assert {value.dtype for value in saved.values() if value.is_floating_point()} == {torch.float16}
+    model, _ = nlu_model.load_classifier(half, get_task("RTE"), None)
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+    state = model.state_dict()
+    encoder = {key: value for key, value in saved.items() if not key.startswith("classifier")}  # the head is new
+    assert all(torch.equal(state[key], value.float()) for key, value in encoder.items())

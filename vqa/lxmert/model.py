@@ -67,7 +67,8 @@ def build_vqa_model(config: LxmertConfig, num_answers: int, adaptation: Adaptati
 
 def load_vqa_model(pretrained: Union[str, Path], num_answers: int,
                    adaptation: Adaptation) -> Tuple[LxmertForQuestionAnswering, LoadReport]:
-    """Load ``pretrained`` (a local Hugging Face directory), resize the answer head, adapt the attention."""
+    """Load ``pretrained`` (a local Hugging Face directory), resize the answer head, adapt the attention. The weights
+    are float32 whatever the checkpoint stores (``train.precision`` chooses the arithmetic)."""
     path = Path(pretrained)
     if not (path / "config.json").is_file():
         raise PretrainedError(f"{path / 'config.json'} does not exist: {PRETRAINED_FIX}")
@@ -75,7 +76,8 @@ def load_vqa_model(pretrained: Union[str, Path], num_answers: int,
     transformers.logging.set_verbosity_error()  # we check and report the loading below
     try:
         model, info = LxmertForQuestionAnswering.from_pretrained(
-            path, num_qa_labels=num_answers, ignore_mismatched_sizes=True, output_loading_info=True)
+            path, num_qa_labels=num_answers, ignore_mismatched_sizes=True, output_loading_info=True,
+            dtype=torch.float32)
     except OSError as err:
         raise PretrainedError(f"{path}: cannot load LXMERT weights ({err}); {DOWNLOAD_HINT}") from err
     finally:

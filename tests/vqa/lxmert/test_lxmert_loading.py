@@ -71,3 +71,14 @@ def test_weights_that_do_not_fit_the_config_are_refused(pretrained_dir):
     config_file.write_text(json.dumps(config))
     with pytest.raises(PretrainedError, match="backbone weights missing"):
         load_vqa_model(pretrained_dir, NUM_ANSWERS, Adaptation())
+
+
+def test_a_half_precision_checkpoint_loads_as_float32(tmp_path, config):
+    """transformers 5 keeps a checkpoint's own dtype; training needs float32 weights (autocast sets the arithmetic)."""
+    LxmertModel(config).half().save_pretrained(tmp_path / "half")
+    saved = load_file(tmp_path / "half" / "model.safetensors")
+    assert {value.dtype for value in saved.values() if value.is_floating_point()} == {torch.float16}
+    model, _ = load_vqa_model(tmp_path / "half", NUM_ANSWERS, Adaptation())
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+    state = model.state_dict()
+    assert all(torch.equal(state[f"lxmert.{key}"], value.float()) for key, value in saved.items())
