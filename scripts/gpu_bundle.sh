@@ -21,6 +21,8 @@
 #                                                     # runs/glue-gpu (ARGS: the grid's, e.g. --tasks CoLA --seeds 5
 #                                                     # --jobs 10 --stop-after 5); a rerun resumes it. Its table and
 #                                                     # the runs' small files (no checkpoints) go to $OUT
+# There, export ATTN_SOURCE_COMMIT=<the commit here> first: the runs record it (the .git that travels with the
+# tree can be an older commit's, and git then calls the tree that commit, dirty).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 install_wheels() {

@@ -199,7 +199,8 @@ def build_table(found) -> dict:
     from common.metrics.paired import paired_p_value, paired_t
 
     table = {"tasks": {}}
-    for task, rows in found.items():
+    for task, rows in sorted(found.items(), key=lambda item: list(TASKS).index(item[0])):  # table.json's order:
+        # the sums over tasks below come out alike however the runs were found
         spec = get_task(task)
         entries = table["tasks"][task] = {"main_metric": spec.main_metric, "paper_albert": PAPER.get(task),
                                           "rows": {}}

@@ -17,8 +17,11 @@ DEFAULT_PACKAGES = ("attention-suite", "torch", "torch-geometric", "entmax", "nu
 
 def git_commit(path: Optional[Path] = None) -> Optional[str]:
     """The commit checked out at ``path`` (default: this source tree), with ``-dirty`` when
-    tracked files are modified. Outside a git checkout (a copy of the tree, e.g. on a lent GPU machine):
-    ``$ATTN_SOURCE_COMMIT``, the commit its copier names, else ``None``."""
+    tracked files are modified; ``None`` outside a git checkout. ``$ATTN_SOURCE_COMMIT``, where set, is
+    the answer instead: the commit that whoever copied the tree names (a lent GPU machine's copy carries a
+    ``.git`` that need not be the tree's)."""
+    if os.environ.get("ATTN_SOURCE_COMMIT"):
+        return os.environ["ATTN_SOURCE_COMMIT"]
     cwd = Path(path) if path else Path(__file__).resolve().parent
     try:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True,
@@ -26,7 +29,7 @@ def git_commit(path: Optional[Path] = None) -> Optional[str]:
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
                                capture_output=True, text=True, check=True, timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):
-        return os.environ.get("ATTN_SOURCE_COMMIT") or None
+        return None
     return sha + ("-dirty" if dirty else "")
 
 

@@ -70,15 +70,15 @@ def test_results_record_has_config_versions_and_commit_field():
     assert "git_commit" in record["environment"]
 
 
-def test_git_commit_outside_a_checkout_is_the_one_its_copier_names(tmp_path, monkeypatch):
+def test_git_commit_is_the_one_the_copier_names_where_given(tmp_path, monkeypatch):
     from common.utils.results import git_commit
 
     monkeypatch.delenv("ATTN_SOURCE_COMMIT", raising=False)
     monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))  # git looks no higher than tmp_path
     assert git_commit(tmp_path) is None
-    monkeypatch.setenv("ATTN_SOURCE_COMMIT", "a33d8ba")
-    assert git_commit(tmp_path) == "a33d8ba"
-    assert git_commit() not in (None, "a33d8ba")  # inside the checkout, git itself answers
+    assert git_commit() not in (None, "12e02d8")  # inside the checkout, git answers
+    monkeypatch.setenv("ATTN_SOURCE_COMMIT", "12e02d8")
+    assert git_commit(tmp_path) == git_commit() == "12e02d8"
 
 
 def test_seed_everything_repeats_draws():

@@ -191,3 +191,20 @@ def test_merge_takes_another_tables_seeds_and_refuses_a_seed_run_twice(table_scr
     (tmp_path / "bad.json").write_text("[]")
     with pytest.raises(SystemExit, match=r"bad.json: not a table.json of this script"):
         table_script.main(["--table-only", "--out", str(here), "--merge", str(tmp_path / "bad.json")])
+
+
+def test_the_table_does_not_depend_on_the_order_the_runs_are_found(table_script, tmp_path):
+    """table.json is written with sorted keys; a table rebuilt from it must sum over the tasks in the same order."""
+    from nlu.tasks import get_task
+
+    for task, shift in (("STS-B", 0.3), ("MRPC", 0.1), ("RTE", -0.7), ("CoLA", 1.1)):
+        for row, seed in [(row, seed) for row in ("official-softmax", "official-bam") for seed in range(3)]:
+            value = 70.0 + seed + (seed * shift + shift if row == "official-bam" else 0)
+            directory = tmp_path / task / row / f"seed{seed}"
+            directory.mkdir(parents=True)
+            per_seed = {"seed": seed, "dev": dict.fromkeys(get_task(task).metrics, value), "train_seconds": 1.0}
+            (directory / "results.json").write_text(json.dumps({"task": task, "model": "m", "per_seed": [per_seed]}))
+    found = table_script.load_results(tmp_path)
+    backwards = {task: found[task] for task in reversed(list(found))}
+    assert json.dumps(table_script.build_table(found)) == json.dumps(table_script.build_table(backwards))
+    assert list(table_script.build_table(backwards)["tasks"]) == ["CoLA", "MRPC", "RTE", "STS-B"]
