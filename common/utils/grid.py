@@ -21,6 +21,12 @@ class Cell:
     out: Path
 
 
+def _default_sigint() -> None:
+    """In a cell's process before it starts: SIGINT at its default, so that Python turns it into a Ctrl-C even where
+    this grid was started in the background (``nohup ... &``), which leaves SIGINT ignored, and its children too."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def run_cells(cells: Sequence[Cell], jobs: int, cwd: Optional[Path] = None,
               stop_after: Optional[float] = None) -> List[str]:
     """Run ``cells`` in order, ``jobs`` at a time, each on one torch thread (``OMP_NUM_THREADS=1``); print a
@@ -36,7 +42,7 @@ def run_cells(cells: Sequence[Cell], jobs: int, cwd: Optional[Path] = None,
             cell.out.mkdir(parents=True, exist_ok=True)
             log = open(cell.out / "train.log", "a")
             proc = subprocess.Popen(cell.command, stdout=log, stderr=subprocess.STDOUT, cwd=cwd,
-                                    env={**os.environ, "OMP_NUM_THREADS": "1"})
+                                    env={**os.environ, "OMP_NUM_THREADS": "1"}, preexec_fn=_default_sigint)
             running[proc] = (cell, log)
         if stop_after is not None and not stopping and time.time() - started >= stop_after:
             stopping = True

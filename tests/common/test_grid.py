@@ -1,5 +1,6 @@
 """common.utils.grid.run_cells: cells a few at a time, failures reported, and a stop that interrupts running cells
 as a Ctrl-C does (they save and exit 130) and starts no more."""
+import signal
 import sys
 import time
 
@@ -25,7 +26,11 @@ def test_cells_run_and_failures_are_returned(tmp_path, capsys):
 def test_stop_after_interrupts_the_running_cells_and_starts_no_more(tmp_path, capsys):
     cells = [_cell(tmp_path, "long", _INTERRUPTIBLE, tmp_path / "marker"), _cell(tmp_path, "later", "print('ran')")]
     began = time.time()
-    assert run_cells(cells, jobs=1, stop_after=3) == []  # interrupted is not failed
+    ignored = signal.signal(signal.SIGINT, signal.SIG_IGN)  # as in a grid started with `nohup ... &`
+    try:
+        assert run_cells(cells, jobs=1, stop_after=3) == []  # interrupted is not failed
+    finally:
+        signal.signal(signal.SIGINT, ignored)
     assert time.time() - began < 30
     assert (tmp_path / "marker").read_text() == "saved"
     out = capsys.readouterr().out
