@@ -208,3 +208,19 @@ def test_the_table_does_not_depend_on_the_order_the_runs_are_found(table_script,
     backwards = {task: found[task] for task in reversed(list(found))}
     assert json.dumps(table_script.build_table(found)) == json.dumps(table_script.build_table(backwards))
     assert list(table_script.build_table(backwards)["tasks"]) == ["CoLA", "MRPC", "RTE", "STS-B"]
+
+
+def test_the_docs_verdict_table_states_the_committed_numbers(table_script):
+    """docs/nlu.md's table of the four official comparisons, cell by cell, from docs/tables/glue-table.json."""
+    saved, _ = committed_table("glue-table.json", "nlu.md", "official-grid")
+    text = (Path(__file__).resolve().parents[2] / "docs" / "nlu.md").read_text(encoding="utf-8")
+    rows = [line for line in text.splitlines() if line.startswith(tuple(f"| {t} | " for t in saved["tasks"]))
+            and "BAM" not in line and line.count("|") == 9]
+    assert [row.split(" | ")[0][2:] for row in rows] == ["MRPC", "RTE", "CoLA", "STS-B"]
+    for row in rows:
+        task, _, interval, mdd, n, p, verdict, _ = [cell.strip(" *|") for cell in row.split(" | ")]
+        entry = saved["tasks"][task]["rows"]["official-bam"]
+        d = entry["paired"][saved["tasks"][task]["main_metric"]]
+        expected = f"{d['mean']:+.2f} [{d['low']:+.2f}, {d['high']:+.2f}]".replace("-", "−")
+        assert (interval, mdd, n, p, verdict) == (expected, f"{d['mdd']:.2f}", str(d["n"]), f"{entry['p_holm']:.3f}",
+                                                  entry["verdict"]), task
