@@ -36,7 +36,7 @@ from typing import Dict, List, NamedTuple, Optional
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from common.utils.grid import Cell, run_cells  # noqa: E402
+from common.utils.grid import Cell, add_grid_options, check_grid_options, run_cells, stop_seconds  # noqa: E402
 from common.utils.runs import mean_std  # noqa: E402
 from nlu.tasks import TASKS, get_task  # noqa: E402
 
@@ -73,10 +73,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--first-seed", type=int, default=0,
                         help="the first seed (default 0): cells take seeds first-seed .. first-seed + seeds - 1, so "
                              "that a grid can be split over machines and its tables merged (--merge)")
-    parser.add_argument("--jobs", type=int, default=1, help="runs at a time, each on one thread (default 1)")
-    parser.add_argument("--stop-after", type=float, metavar="MINUTES",
-                        help="start no cell after this long and interrupt the running ones (each saves a checkpoint): "
-                             "a rerun resumes them, e.g. over several sessions of a lent GPU")
+    add_grid_options(parser)
     parser.add_argument("--model", help="minilm-l6 (default) or a local Hugging Face checkpoint directory")
     parser.add_argument("--data-root", help="directory holding glue/ (default: $ATTN_DATA_ROOT)")
     parser.add_argument("--out", default="runs/glue-table", help="output directory (default runs/glue-table)")
@@ -86,8 +83,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "elsewhere); a seed found twice must have the same record")
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides for every run")
     args = parser.parse_args(argv)
-    if args.jobs < 1 or args.seeds < 1 or args.first_seed < 0 or (args.stop_after is not None and args.stop_after <= 0):
-        parser.error("--jobs and --seeds must be at least 1, --first-seed at least 0, --stop-after above 0")
+    check_grid_options(parser, args)
+    if args.seeds < 1 or args.first_seed < 0:
+        parser.error("--seeds must be at least 1 and --first-seed at least 0")
     try:
         args.tasks = [get_task(t).name for t in args.tasks]
     except ValueError as err:
@@ -347,8 +345,7 @@ def write_table(args) -> None:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    failed = [] if args.table_only else run_cells(grid(args), args.jobs, cwd=ROOT,
-                                                       stop_after=args.stop_after and 60 * args.stop_after)
+    failed = [] if args.table_only else run_cells(grid(args), args.jobs, cwd=ROOT, stop_after=stop_seconds(args))
     write_table(args)
     return 1 if failed else 0
 

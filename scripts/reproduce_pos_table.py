@@ -6,7 +6,8 @@ treebanks: train every (treebank, variant) over the seeds, then write the table 
     python scripts/reproduce_pos_table.py --table-only                   # the table from the runs so far
 
 Each cell is one ``python -m tagging.train`` run (``--threads 1``; ``--jobs`` of them at a time) into
-``<out>/<treebank>/<variant>``; a re-run reuses finished seeds, so an interrupted grid resumes.
+``<out>/<treebank>/<variant>``; a re-run reuses finished seeds, so an interrupted grid resumes
+(``--stop-after MINUTES`` interrupts the running cells as a Ctrl-C does and starts no more).
 ``--extra NAME`` adds a row: PE[add] with another normalizer (default: bam-wc, k=10, KL weight 0.01).
 
 Written to ``<out>``: ``table.md`` and ``table.json`` (each seed's record, so that the table can be built again
@@ -33,7 +34,7 @@ from typing import Dict, List, Optional
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from common.utils.grid import Cell, run_cells  # noqa: E402
+from common.utils.grid import Cell, add_grid_options, check_grid_options, run_cells, stop_seconds  # noqa: E402
 from common.utils.runs import mean_std  # noqa: E402
 from tagging.config import PAPER_TREEBANKS, VARIANT_NAMES  # noqa: E402
 
@@ -73,14 +74,15 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="tagging preset of every run (default official: the authors' initialisation and "
                              "vocabulary)")
     parser.add_argument("--seeds", type=int, default=3, help="seeds per cell (the paper: 3)")
-    parser.add_argument("--jobs", type=int, default=1, help="runs at a time, each on one thread (default 1)")
+    add_grid_options(parser)
     parser.add_argument("--data-root", help="directory holding ud/ (default: $ATTN_DATA_ROOT)")
     parser.add_argument("--out", default="runs/pos", help="output directory (default runs/pos)")
     parser.add_argument("--table-only", action="store_true", help="write the table from the runs so far")
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides for every run")
     args = parser.parse_args(argv)
-    if args.jobs < 1 or args.seeds < 1:
-        parser.error("--jobs and --seeds must be at least 1")
+    check_grid_options(parser, args)
+    if args.seeds < 1:
+        parser.error("--seeds must be at least 1")
     return args
 
 
@@ -101,7 +103,7 @@ def run_grid(args) -> None:
                "--seeds", str(args.seeds), "--preset", args.preset, "--threads", "1", "--no-progress", "--out",
                str(out), *extra, *args.overrides]
         grid.append(Cell(f"{tb} {row}", cmd + (["--data-root", args.data_root] if args.data_root else []), out))
-    run_cells(grid, args.jobs, cwd=ROOT)
+    run_cells(grid, args.jobs, cwd=ROOT, stop_after=stop_seconds(args))
 
 
 def load_results(out: Path) -> Dict[str, Dict[str, dict]]:

@@ -21,6 +21,25 @@ class Cell:
     out: Path
 
 
+def add_grid_options(parser) -> None:
+    """A reproduction script's ``--jobs`` and ``--stop-after`` (minutes, :func:`stop_seconds`) for :func:`run_cells`."""
+    parser.add_argument("--jobs", type=int, default=1, help="runs at a time, each on one thread (default 1)")
+    parser.add_argument("--stop-after", type=float, metavar="MINUTES",
+                        help="start no cell after this long and interrupt the running ones (each saves a checkpoint): "
+                             "a rerun resumes them, e.g. over several sessions of a lent GPU")
+
+
+def check_grid_options(parser, args) -> None:
+    """Exit through ``parser.error`` on a ``--jobs`` below 1 or a ``--stop-after`` that is not positive."""
+    if args.jobs < 1 or (args.stop_after is not None and args.stop_after <= 0):
+        parser.error("--jobs must be at least 1 and --stop-after above 0")
+
+
+def stop_seconds(args) -> Optional[float]:
+    """``--stop-after`` in seconds (None: no stop)."""
+    return None if args.stop_after is None else 60 * args.stop_after
+
+
 def _default_sigint() -> None:
     """In a cell's process before it starts: SIGINT at its default, so that Python turns it into a Ctrl-C even where
     this grid was started in the background (``nohup ... &``), which leaves SIGINT ignored, and its children too."""

@@ -36,3 +36,20 @@ def test_stop_after_interrupts_the_running_cells_and_starts_no_more(tmp_path, ca
     out = capsys.readouterr().out
     assert "long: interrupted (a rerun resumes it)" in out and "1 not started" in out
     assert not (tmp_path / "later").exists()
+
+
+def test_grid_options_parse_and_refuse_what_cannot_run():
+    import argparse
+
+    import pytest
+
+    from common.utils.grid import add_grid_options, check_grid_options, stop_seconds
+
+    parser = argparse.ArgumentParser()
+    add_grid_options(parser)
+    args = parser.parse_args(["--jobs", "3", "--stop-after", "1.5"])
+    check_grid_options(parser, args)
+    assert (args.jobs, stop_seconds(args), stop_seconds(parser.parse_args([]))) == (3, 90.0, None)
+    for bad in (["--jobs", "0"], ["--stop-after", "0"]):
+        with pytest.raises(SystemExit):
+            check_grid_options(parser, parser.parse_args(bad))

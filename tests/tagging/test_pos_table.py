@@ -85,7 +85,7 @@ def test_the_default_rows_are_the_papers_five_and_bam(table_script):
 
 def test_every_run_of_the_grid_takes_the_preset(table_script, tmp_path, monkeypatch):
     commands = []
-    monkeypatch.setattr(table_script, "run_cells", lambda cells, jobs, cwd: commands.extend(c.command for c in cells))
+    monkeypatch.setattr(table_script, "run_cells", lambda cells, jobs, cwd, stop_after: commands.extend(c.command for c in cells))
     table_script.run_grid(table_script.parse_args(["--out", str(tmp_path), "--treebanks", "UD_English-GUM"]))
     assert len(commands) == 6 and all(c[c.index("--preset") + 1] == "official" for c in commands)
 
