@@ -141,11 +141,11 @@ def table_records(path: str) -> Dict[str, Dict[str, Dict[int, dict]]]:
                          "table.json that reproduce_glue_table.py wrote") from err
 
 
-def merge_found(*founds: Dict[str, Dict[str, Dict[int, dict]]], sources=None) -> Dict[str, Dict[str, Dict[int, dict]]]:
+def merge_found(founds: List[Dict[str, Dict[str, Dict[int, dict]]]], sources: List[str]
+                ) -> Dict[str, Dict[str, Dict[int, dict]]]:
     """The per-seed records of several grids (:func:`load_results`, :func:`found_in_table`) in one. A cell found in
-    two with different records is an error naming it and its ``sources``: the same seed run twice is not two
-    seeds."""
-    sources = sources or [f"source {i + 1}" for i in range(len(founds))]
+    two with different records is an error naming it and the two ``sources`` (one per grid): the same seed run twice
+    is not two seeds."""
     merged: Dict[str, Dict[str, Dict[int, dict]]] = defaultdict(lambda: defaultdict(dict))
     origin = {}
     for source, found in zip(sources, founds):
@@ -330,8 +330,7 @@ def write_table(args) -> None:
     from common.utils.io import atomic_write_json, atomic_write_text
 
     try:
-        found = merge_found(*map(table_records, args.merge), load_results(Path(args.out)),
-                            sources=[*args.merge, args.out])
+        found = merge_found([*map(table_records, args.merge), load_results(Path(args.out))], [*args.merge, args.out])
     except ValueError as err:
         raise SystemExit(f"--merge: {err}") from err
     if not found:

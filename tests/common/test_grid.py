@@ -1,10 +1,13 @@
 """common.utils.grid.run_cells: cells a few at a time, failures reported, and a stop that interrupts running cells
 as a Ctrl-C does (they save and exit 130) and starts no more."""
+import argparse
 import signal
 import sys
 import time
 
-from common.utils.grid import Cell, run_cells
+import pytest
+
+from common.utils.grid import Cell, add_grid_options, check_grid_options, run_cells, stop_seconds
 
 #: A trainer's Ctrl-C in miniature: runs until SIGINT, then writes "saved" and exits 130.
 _INTERRUPTIBLE = ("import sys, time, pathlib\n"
@@ -39,12 +42,6 @@ def test_stop_after_interrupts_the_running_cells_and_starts_no_more(tmp_path, ca
 
 
 def test_grid_options_parse_and_refuse_what_cannot_run():
-    import argparse
-
-    import pytest
-
-    from common.utils.grid import add_grid_options, check_grid_options, stop_seconds
-
     parser = argparse.ArgumentParser()
     add_grid_options(parser)
     args = parser.parse_args(["--jobs", "3", "--stop-after", "1.5"])
