@@ -28,7 +28,8 @@ RULES = {
     "scheduled_sampling.increase_prob": PROBABILITY, "scheduled_sampling.max_prob": PROBABILITY,
     "train.seq_per_img": at_least(1), "eval.split": Rule(choices=SPLITS), "eval.max_images": at_least(1),
     "eval.every": at_least(0), "eval.beam_size": at_least(1), "eval.length_penalty": at_least(0),
-    "eval.batch_size": at_least(1), "eval.max_length": at_least(1), "eval.metrics": Rule(choices=METRICS),
+    "eval.batch_size": at_least(1), "eval.max_length": at_least(1),
+    "eval.metrics": Rule(choices=METRICS, required=("cider",)),  # val CIDEr picks best.pt
 }
 
 

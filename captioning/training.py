@@ -1,10 +1,8 @@
-"""Training Att2in (``python -m captioning.train``, which checks the command line and config before importing
-this module): self-critical.pytorch's ``configs/a2i2.yml`` recipe (``captioning/configs/att2in.yaml``) as a
-:class:`CaptioningTask` of :class:`common.training.Engine`. The loss is the mean negative log-likelihood of every
-caption word and ``<eos>``, plus, for BAM, ``kl.weight * f(iteration)`` times the KL averaged over decoding steps.
-Under ``torchrun --nproc_per_node 4 -m captioning.train`` each process takes ``train.batch_size`` images of every
-global batch (``DistributedSampler``, reshuffled per epoch, a few images repeated to even out the last batch); only
-the first process validates and writes files. The files of a run: docs/captioning.md ("Outputs")."""
+"""Training Att2in: the work behind ``python -m captioning.train`` (which checks the config before this module
+is imported). self-critical.pytorch's ``configs/a2i2.yml`` recipe (``captioning/configs/att2in.yaml``): the mean
+NLL of every caption word and ``<eos>`` + for BAM ``kl.weight * f(iteration)`` times the KL averaged over decoding
+steps. Under ``torchrun`` each process takes ``train.batch_size`` images of every global batch
+(``DistributedSampler``); only the first one validates and writes files. The files of a run: docs/captioning.md."""
 from __future__ import annotations
 
 import time
@@ -13,7 +11,6 @@ from typing import Dict, List, Optional
 import torch
 from omegaconf import DictConfig
 from torch import Tensor
-from torch.utils.data import DataLoader
 
 from common import attention
 from common.features import RegionFeatureStore
@@ -50,6 +47,8 @@ class CaptioningTask(Task):
                                       corpus.max_length, with_captions=False)
         seed_everything(cfg.seed, deterministic=cfg.train.deterministic)
         self.model = build_model(cfg, corpus.vocab, self.store.feature_dim).to(runtime.device)
+        if cfg.kl.weight <= 0:
+            attention.freeze_priors(self.model)
         self.forward = runtime.compile(wrap_model(self.model, self.env))
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay)
         self.clip = lambda: torch.nn.utils.clip_grad_value_(self.model.parameters(), cfg.optim.grad_clip_value)
@@ -74,9 +73,9 @@ class CaptioningTask(Task):
             torch.empty((), dtype=torch.int64).random_(generator=generator)  # the base seed that the loader draws
             order = torch.randperm(len(self.train_set), generator=generator).tolist()
         size = self.cfg.train.batch_size
-        return EpochBatches([order[i:i + size] for i in range(0, len(order), size)], lambda part, start: DataLoader(
-            self.train_set, batch_sampler=part, collate_fn=collate, num_workers=self.cfg.train.num_workers,
-            generator=self._generator(epoch), pin_memory=self.runtime.pin_memory))  # nothing from torch's global RNG
+        return EpochBatches([order[i:i + size] for i in range(0, len(order), size)], self.train_set, collate,
+                            self.cfg.train.num_workers, self.runtime.pin_memory,
+                            lambda: self._generator(epoch))  # nothing from torch's global RNG
 
     def before_update(self, state: TrainState) -> None:
         """The epoch's learning rate and scheduled-sampling probability."""
@@ -131,11 +130,8 @@ class CaptioningTask(Task):
 def run(cfg: DictConfig, progress: bool = True, runtime: Optional[Runtime] = None) -> dict:
     """Train (resuming where the run in ``out_dir`` stopped) and write ``results.json``; its record ({} on all
     but the first process)."""
-    if "cider" not in cfg.eval.metrics:
-        raise ValueError("eval.metrics must include cider: the best checkpoint is chosen by val CIDEr")
     check_run_inputs(cfg)
-    runtime = runtime or Runtime.create(cfg.device, cfg.train.precision, cfg.train.compile,
-                                        threads=cfg.train.num_threads, distributed=True)
+    runtime = runtime or Runtime.from_config(cfg, distributed=True)
     start, main = time.perf_counter(), runtime.env.is_main
     try:
         task = CaptioningTask(cfg, runtime, progress and main)

@@ -1,18 +1,9 @@
-"""Mini-batch training on sampled neighbourhoods (PyG's ``NeighborLoader``), on one process or many.
-
-Training (``loader.kind: neighbor``): every step takes ``loader.batch_size`` seed nodes of the
-training split (a fresh random order each epoch, the same on every process), samples
-``loader.num_neighbors[l]`` in-neighbours per node for each layer ``l`` (``-1``: all of them) and
-trains on the seed nodes' outputs (:class:`NeighborBatches`).
-Under ``torchrun`` each process takes its share of every global batch (:func:`global_batches`), so N
-processes take the steps one process would take with the same global batch, and DistributedDataParallel
-averages the gradients.
-
-Evaluation is exact layer-wise inference over full neighbourhoods (:mod:`graphattn.layerwise`).
-
-The sampler comes from ``torch-sparse`` or ``pyg-lib`` (see :func:`require_sampler`); this module
-writes no sampler of its own.
-"""
+"""Mini-batch training on sampled neighbourhoods (``loader.kind: neighbor``, PyG's ``NeighborLoader``): every step
+takes ``loader.batch_size`` seed nodes of the training split (a fresh order each epoch), samples
+``loader.num_neighbors[l]`` in-neighbours per node for layer ``l`` (``-1``: all) and trains on the seeds' outputs.
+Under ``torchrun`` each process takes its share of every global batch (:func:`global_batches`): N processes take
+the steps of one. Evaluation is exact layer-wise inference (:mod:`graphattn.layerwise`). The sampler comes from
+``torch-sparse`` or ``pyg-lib`` (:func:`require_sampler`)."""
 from __future__ import annotations
 
 import warnings
@@ -20,9 +11,6 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, List, Sequence
 
 import torch
-import torch.nn.functional as F
-from torch import Tensor
-from torch.utils.data import DataLoader
 
 from common.training import EpochBatches
 from common.utils.distributed import DistEnv
@@ -90,14 +78,9 @@ class NeighborBatches:
 
     def epoch(self, epoch: int) -> EpochBatches:
         """The batches of ``epoch``; a slice of them is their loader. A batch's first ``batch_size`` nodes are its
-        seeds; ``edge_index`` points from sampled neighbours to the nodes that sampled them. A fresh epoch's loader
-        draws its workers' base seed from torch's generator, as PyG's loader does; a resumed epoch's from one of
-        its own, so that a resumed run draws nothing that the uninterrupted one did not."""
+        seeds; ``edge_index`` points from sampled neighbours to the nodes that sampled them."""
         return EpochBatches(global_batches(self.nodes.numel(), self.batch_size, self.env, self.seed, epoch),
-                            lambda part, start: DataLoader(range(self.nodes.numel()), batch_sampler=part,
-                                                           collate_fn=self.sampler.collate_fn,
-                                                           num_workers=self.num_workers,
-                                                           generator=torch.Generator() if start else None))
+                            range(self.nodes.numel()), self.sampler.collate_fn, self.num_workers)
 
 
 @contextmanager
@@ -107,10 +90,3 @@ def quiet_sampler():
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Using 'NeighborSampler' without a 'pyg-lib'", category=UserWarning)
         yield
-
-
-def seed_loss(logits: Tensor, y: Tensor, global_count: int, env: DistEnv) -> Tensor:
-    """This process's part of the global batch's mean cross-entropy: ``sum CE / global_count`` times
-    the number of processes, which DistributedDataParallel's gradient averaging divides out again.
-    One process: the batch mean."""
-    return F.cross_entropy(logits, y, reduction="sum") * (env.world_size / max(global_count, 1))

@@ -1,11 +1,9 @@
-"""Training GATs over several seeds: the work behind ``python -m graphattn.train``, which checks the command
-line and the config before this module, torch and PyG are imported.
-
-:class:`GATTask` is the original GAT code's protocol (PetarV-/GAT ``execute_cora.py``) for the engine of
-:mod:`common.training`: full-batch Adam; after every epoch the validation loss and accuracy; ``patience`` epochs
-without either improving stop it, and the weights of the last epoch that improved both are tested
-(``--loader neighbor``: :mod:`graphattn.minibatch`). Checkpoints are written on Ctrl-C and at the end only (one
-per epoch would slow Cora's 10 ms epochs). The files of a run: docs/graphattn.md."""
+"""Training GATs over several seeds: the work behind ``python -m graphattn.train`` (which checks the config
+before this module, torch and PyG are imported). :class:`GATTask` is the original GAT code's protocol (PetarV-/GAT
+``execute_cora.py``): full-batch Adam; after every epoch the validation loss and accuracy; ``patience`` epochs
+without either improving stop it, and the last epoch that improved both is tested (``--loader neighbor``:
+:mod:`graphattn.minibatch`). Checkpoints only on Ctrl-C and at the end (Cora's epochs take 10 ms). The files of a
+run: docs/graphattn.md."""
 from __future__ import annotations
 
 import math
@@ -21,7 +19,7 @@ from common import attention
 from common.training import Plan, Task, TrainState, seeds_record, train_seeds
 from common.utils import atomic_save, atomic_write_json, seed_everything
 from common.utils.config import note_deviations
-from common.utils.distributed import cleanup, global_count, main_first, wrap_model
+from common.utils.distributed import cleanup, global_count, main_first, share_of_mean, wrap_model
 from common.utils.runs import mean_std
 from common.utils.runtime import DeviceError, Runtime
 
@@ -45,6 +43,8 @@ class GATTask(Task):
         self.env = runtime.env
         seed_everything(seed, deterministic=cfg.train.deterministic)
         self.model = build_model(cfg, data.num_features, data.num_classes).to(runtime.device)
+        if cfg.kl.weight <= 0:
+            attention.freeze_priors(self.model)
         self.forward = runtime.compile(wrap_model(self.model, self.env))
         self.batches = None  # the whole graph
         if cfg.loader.kind == "neighbor":
@@ -85,7 +85,8 @@ class GATTask(Task):
             self.runtime.backward(loss)
             return {"train/loss": loss, "train/ce": ce, "train/acc": correct.float().mean(), "train/kl": kl}
         count = global_count(y.numel(), self.env, self.runtime.device)
-        self.runtime.backward(minibatch.seed_loss(logits, y, count, self.env) + kl_weight * kl)
+        self.runtime.backward(share_of_mean(F.cross_entropy(logits, y, reduction="sum"), count, self.env.world_size)
+                              + kl_weight * kl)
         return {"ce": F.cross_entropy(logits.detach(), y, reduction="sum"), "correct": correct.sum(),
                 "seeds": y.numel(), "kl": kl}
 
@@ -154,11 +155,8 @@ def run(cfg: DictConfig, progress: bool = True, data: Optional[Data] = None) -> 
     """Train every seed of ``cfg`` (reusing finished seeds) and write ``results.json``; returns its contents.
     Under ``torchrun`` (``loader.kind=neighbor`` only) every process trains each seed on its share of the
     batches; the main process alone writes checkpoints, curves and results (the others return None)."""
-    runtime = Runtime.create(cfg.device, cfg.train.precision, cfg.train.compile, threads=cfg.train.num_threads,
-                             distributed=True)
-    env, out_dir, start = runtime.env, default_out_dir(cfg), time.perf_counter()
-    seeds = list(range(cfg.first_seed, cfg.first_seed + cfg.seeds))
-    differs = deviations(cfg)
+    runtime = Runtime.from_config(cfg, distributed=True)
+    env, out_dir, start, differs = runtime.env, default_out_dir(cfg), time.perf_counter(), deviations(cfg)
     note_deviations(f"preset={cfg.preset}", differs, enabled=env.is_main)
     try:
         if cfg.loader.kind == "neighbor":  # fail before loading anything
@@ -173,8 +171,8 @@ def run(cfg: DictConfig, progress: bool = True, data: Optional[Data] = None) -> 
             with main_first(env):  # the others would read the cache while it is written
                 data = load_dataset(cfg.dataset, cfg.data_root)
         data = data.to(runtime.device)
-        per_seed = train_seeds(out_dir, to_dict(cfg), RESUMABLE_KEYS, seeds, runtime,
-                               lambda seed, run_dir: GATTask(cfg, data, seed, run_dir, runtime), plan_of(cfg),
+        per_seed = train_seeds(out_dir, to_dict(cfg), RESUMABLE_KEYS, range(cfg.first_seed, cfg.first_seed + cfg.seeds),
+                               runtime, lambda seed, run_dir: GATTask(cfg, data, seed, run_dir, runtime), plan_of(cfg),
                                _seed_line, progress, desc=f"{cfg.dataset} {cfg.attention.name} seeds")
     finally:
         cleanup(env)
@@ -185,10 +183,10 @@ def run(cfg: DictConfig, progress: bool = True, data: Optional[Data] = None) -> 
     accuracy = {split: [100 * m[split]["acc"] for m in per_seed] for split in ("test", "val")}
     results = seeds_record(
         to_dict(cfg), per_seed, dataset=cfg.dataset, attention=cfg.attention.name, preset=cfg.preset,
-        preset_deviations=differs, seeds=seeds,
+        preset_deviations=differs, epochs=[m["epochs"] for m in per_seed],
         **{f"{split}_acc": {**mean_std(values), "per_seed": values} for split, values in accuracy.items()},
-        epochs=[m["epochs"] for m in per_seed], runtime=runtime.describe(),
-        wall_seconds_this_run=time.perf_counter() - start, checkpoints=[str(out_dir / f"seed{s}.pt") for s in seeds])
+        runtime=runtime.describe(), wall_seconds_this_run=time.perf_counter() - start,
+        checkpoints=[str(out_dir / f"seed{m['seed']}.pt") for m in per_seed])
     results["plots"] = [str(path) for path in plot_run(out_dir, results, per_seed)]
     atomic_write_json(out_dir / "results.json", results)
     return results

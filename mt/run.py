@@ -10,13 +10,14 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Tuple, Union
+from typing import Iterable, List, Optional, Tuple, Union
 
 import torch
 from torch import nn
 
 from common.text import Vocabulary
 from common.utils import Checkpointer, atomic_write_json
+from common.utils.checkpoint import average_checkpoints
 from common.utils.config import check_resumable
 
 from .bpe import BPE
@@ -68,19 +69,6 @@ class RunFiles:
         return Checkpointer(self.dir).paths()
 
 
-def average_state_dicts(paths: List[Path]) -> Dict[str, torch.Tensor]:
-    """Element-wise mean of the ``model`` weights of several checkpoints (fairseq's average_checkpoints)."""
-    if not paths:
-        raise FileNotFoundError("no checkpoints to average")
-    total: Dict[str, torch.Tensor] = {}
-    for path in paths:
-        state = torch.load(path, map_location="cpu", weights_only=False)["model"]
-        for name, value in state.items():
-            value = value.double() if value.is_floating_point() else value
-            total[name] = total[name] + value if name in total and value.is_floating_point() else value
-    return {name: (v / len(paths)).float() if v.is_floating_point() else v for name, v in total.items()}
-
-
 def new_model(cfg: dict, src_vocab: Vocabulary, tgt_vocab: Vocabulary) -> nn.Module:
     from .models import build_model  # the models and their attention layers load only when a model is built
 
@@ -114,7 +102,7 @@ def load_model(files: RunFiles, average_last: Optional[int] = None, checkpoint: 
     model = new_model(files.config(), src, tgt)
     weights = weights_of(files, average_last, checkpoint)
     if isinstance(weights, tuple):
-        model.load_state_dict(average_state_dicts(list(weights)))
+        model.load_state_dict(average_checkpoints(list(weights)))
     else:
         model.load_state_dict(torch.load(weights, map_location="cpu", weights_only=False)["model"])
     return model.eval()

@@ -1,18 +1,10 @@
-"""Training a translation model: the work behind ``python -m mt.train`` (:mod:`mt.train` parses the
-command line and checks the config before this module, torch and the models are imported).
-
-Loss: label-smoothed cross-entropy per target token (+ the weighted BAM KL of ``common.attention.aux_losses``).
-Adam under an inverse-square-root or plateau-halving learning rate (:mod:`mt.schedule`), gradient-norm clipping.
-:class:`common.training.Engine` runs the loop: every ``train.eval_every`` updates (or each epoch) a validation
-(perplexity, greedy BLEU: :mod:`mt.validation`), a resumable checkpoint and ``best.pt``; a rerun resumes from the
-newest checkpoint with the same batches. At the end the best (or checkpoint-averaged) model is scored with beam
-search on the test splits (:mod:`mt.results`).
-
-Under ``torchrun --nproc_per_node N -m mt.train`` each epoch's token-budget batches are dealt to the processes in
-rounds of ``N * batching.update_freq`` (every batch exactly once; a process left without one in the last round
-contributes zero), and every update is the mean token loss over the round's batches: N processes follow one
-process with ``update_freq`` N times larger. Only the first process validates, checkpoints and writes files.
-"""
+"""Training a translation model: the work behind ``python -m mt.train`` (which checks the config before this
+module is imported). The loss is the label-smoothed cross-entropy per target token (+ the weighted BAM KL), under
+Adam, an inverse-square-root or plateau-halving learning rate (:mod:`mt.schedule`) and clipping; every
+``train.eval_every`` updates a validation (perplexity, greedy BLEU) keeps ``best.pt``, and the end scores it with
+beam search (:mod:`mt.results`). Under ``torchrun`` an update is the mean token loss over a round of
+``world_size * batching.update_freq`` token batches, so N processes follow one with ``update_freq`` N times larger
+(docs/mt.md)."""
 from __future__ import annotations
 
 import sys
@@ -28,7 +20,7 @@ from omegaconf import DictConfig
 from common import attention
 from common.training import Engine, Plan, Task, TrainState
 from common.utils import atomic_save, console, seed_everything
-from common.utils.distributed import barrier, global_count, main_first, round_robin, wrap_model
+from common.utils.distributed import barrier, global_count, main_first, round_robin, share_of_mean, wrap_model
 from common.utils.runtime import Runtime
 from common.utils.updates import check_updates
 
@@ -47,21 +39,16 @@ LENGTH_MULTIPLE = 16
 
 def batch_loss(model, batch: Batch, pad: int, label_smoothing: float, kl_weight: float,
                total_tokens: Optional[int] = None, replicas: int = 1) -> Dict[str, torch.Tensor]:
-    """Label-smoothed CE (+ weighted KL) of ``batch``, as its share of an update's mean token loss.
-
-    Alone (``total_tokens`` None) the loss is the batch's mean CE per target token plus the
-    weighted KL. In a round of ``replicas`` data-parallel batches with ``total_tokens`` target
-    tokens together, it is ``replicas * (CE sum + weight * KL * tokens) / total_tokens``, so that
-    DDP's gradient mean over the replicas is the gradient of the round's mean token loss.
-    """
+    """Label-smoothed CE (+ weighted KL) of ``batch``, as its share of an update's mean token loss: alone
+    (``total_tokens`` None) the mean per target token; in a round of ``replicas`` data-parallel batches of
+    ``total_tokens`` target tokens, :func:`~common.utils.distributed.share_of_mean` of its sums."""
     with attention.aux_losses() as aux:
         logits = model(batch.src, batch.src_mask, batch.tgt_in)
     tokens = batch.tgt_out.ne(pad).sum()
     ce_sum = F.cross_entropy(logits.flatten(0, 1).float(), batch.tgt_out.flatten(), ignore_index=pad,
                              label_smoothing=label_smoothing, reduction="sum")
     kl = aux.total()
-    total = tokens if total_tokens is None else total_tokens
-    loss = (ce_sum + kl_weight * kl * tokens) * (replicas / max(int(total), 1))
+    loss = share_of_mean(ce_sum + kl_weight * kl * tokens, tokens if total_tokens is None else total_tokens, replicas)
     return {"loss": loss, "ce_sum": ce_sum, "kl": kl, "tokens": tokens}
 
 
@@ -98,8 +85,7 @@ class TranslationTask(Task):
                                           weight_decay=o.weight_decay)
         self.schedule = LRSchedule(self.optimizer, s.kind, o.lr, s.warmup, s.plateau_factor, s.plateau_start)
         self.kl = attention.KLSchedule.from_config(cfg.kl)
-        if o.clip_norm > 0:
-            self.clip = lambda: torch.nn.utils.clip_grad_norm_(self.model.parameters(), o.clip_norm)
+        self.max_grad_norm = o.clip_norm
         self.logged_seconds = 0.0  # the training seconds at the last log
 
     def updates(self, epoch: int) -> List[Tuple[List[List[int]], List[int]]]:

@@ -1,16 +1,8 @@
-"""Fine-tuning on a GLUE task over several seeds: the work behind ``python -m nlu.train`` (:mod:`nlu.train`
-parses the command line and checks the config before torch and transformers are imported).
-
-Recipe (BERT's, as ``transformers``' ``run_glue`` has it): the checkpoint's tokenizer, examples cut to
-``data.max_length`` tokens and padded per batch; AdamW (no weight decay on biases and LayerNorm weights),
-the learning rate warmed up linearly over ``optim.warmup_ratio`` of the updates (or ``optim.warmup_updates``)
-and then decayed linearly to 0, gradients clipped to ``optim.max_grad_norm``; ``train.epochs`` epochs, or
-``train.max_updates`` updates; an update sums the gradients of ``train.accumulation`` batches (each loss
-divided by their number). The loss is the cross-entropy (STS-B: squared error) plus ``kl.weight * f(update) * KL``
-for BAM normalizers, the KL summed over the layers; with ``kl.detach`` the KL carries no gradient (the authors'
-ALBERT code). The dev set is scored after every epoch and after the last update; the reported scores are the last
-ones (no selection on dev). Stochastic normalizers are evaluated with their mean weights, or by averaging
-``train.mc_samples`` sampled passes. The files of a run: docs/nlu.md."""
+"""Fine-tuning on a GLUE task over several seeds: the work behind ``python -m nlu.train`` (which checks the config
+before torch and transformers are imported). BERT's recipe, as ``transformers``' ``run_glue`` has it: AdamW, a linear
+warm-up and decay, clipping, ``train.accumulation`` batches per update; the loss is the cross-entropy (STS-B: squared
+error) + ``kl.weight * f(update) * KL`` (detached where ``kl.detach``: the BAM authors' code). The dev set is scored
+after every epoch and the last update, which is reported (no selection on dev). The files of a run: docs/nlu.md."""
 from __future__ import annotations
 
 import math
@@ -61,7 +53,7 @@ class GlueTask(Task):
 
         self.scheduler = get_linear_schedule_with_warmup(
             self.optimizer, math.ceil(cfg.optim.warmup_ratio * self.total) if warmup is None else warmup, self.total)
-        self.clip = lambda: torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.optim.max_grad_norm)
+        self.max_grad_norm = cfg.optim.max_grad_norm
         self.kl = attention.KLSchedule.from_config(cfg.kl)
         self.last = {"loss": torch.tensor(float("nan")), "kl": torch.tensor(0.0)}
 
@@ -112,27 +104,23 @@ class GlueTask(Task):
 
 def run(cfg: DictConfig, progress: bool = True) -> dict:
     """Fine-tune ``cfg.seeds`` seeds (reusing finished ones) and write ``results.json``; the record."""
-    runtime = Runtime.create(cfg.device, cfg.train.precision, threads=cfg.train.num_threads)
+    runtime = Runtime.from_config(cfg)
     model_dir = resolve_model(str(cfg.model))
     data = GlueData.load(cfg, model_dir)
     out_dir, label, differs = default_out_dir(cfg), run_label(cfg), deviations(cfg)
-    seeds = list(range(cfg.first_seed, cfg.first_seed + cfg.seeds))
     console.say(f"{data.spec.name} {label}: {len(data.train)} training and {len(data.dev)} dev examples, "
                 f"{model_dir.name}, on {runtime.device}")
     note_deviations(f"--preset {cfg.preset}", differs)
-    per_seed = train_seeds(out_dir, to_dict(cfg), RESUMABLE_KEYS, seeds, runtime,
-                           lambda seed, run_dir: GlueTask(cfg, data, model_dir, seed, run_dir, runtime),
+    per_seed = train_seeds(out_dir, to_dict(cfg), RESUMABLE_KEYS, range(cfg.first_seed, cfg.first_seed + cfg.seeds),
+                           runtime, lambda seed, run_dir: GlueTask(cfg, data, model_dir, seed, run_dir, runtime),
                            lambda task: Plan(max_epochs=math.ceil(task.total / task.per_epoch), max_updates=task.total,
                                              log_every=10, checkpoint_every=cfg.train.checkpoint_every),
-                           lambda record: f"dev {_scores(record['dev'])}, {record['train_seconds']:.0f} s", progress,
+                           lambda record: "dev " + ", ".join(f"{key} {v:.2f}" for key, v in record["dev"].items())
+                           + f", {record['train_seconds']:.0f} s", progress,
                            desc=f"{data.spec.name} {label} seeds")
     record = seeds_record(to_dict(cfg), per_seed, ("dev", "dev_mc"), task=data.spec.name, model=str(model_dir),
                           normalizer=cfg.attention.name, preset=cfg.preset, preset_deviations=differs, label=label,
-                          main_metric=data.spec.main_metric, seeds=seeds,
-                          examples={"train": len(data.train), "dev": len(data.dev)}, runtime=runtime.describe())
+                          main_metric=data.spec.main_metric, runtime=runtime.describe(),
+                          examples={"train": len(data.train), "dev": len(data.dev)})
     atomic_write_json(out_dir / "results.json", record)
     return record
-
-
-def _scores(metrics: Dict[str, float]) -> str:
-    return ", ".join(f"{name} {value:.2f}" for name, value in metrics.items())

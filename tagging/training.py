@@ -1,12 +1,8 @@
-"""Training taggers over several seeds: the work behind ``python -m tagging.train`` (:mod:`tagging.train`
-parses the command line and checks the config before torch is imported).
-
-Protocol of the authors' code (``pdufter/convatt``): RMSprop (lr 1e-3), batches of 32 chunks in a
-fresh random order every epoch, the cross-entropy over real words; after every epoch the dev
-accuracy over all words; training stops after ``train.patience`` epochs without a better one
-(at most ``train.max_epochs``) and the best epoch's weights are tested. In the first epoch the dev
-accuracy is also measured every ``train.curve_every`` updates (the paper's Figure 2). The files of a run:
-docs/tagging.md."""
+"""Training taggers over several seeds: the work behind ``python -m tagging.train`` (which checks the config
+before torch is imported). The protocol of the authors' code (``pdufter/convatt``): RMSprop, batches of 32 chunks
+in a fresh order every epoch, the dev accuracy after every epoch, ``train.patience`` epochs without a better one
+stop it and the best epoch is tested; in the first epoch the dev accuracy every ``train.curve_every`` updates too
+(the paper's Figure 2). The files of a run: docs/tagging.md."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -106,23 +102,22 @@ class TaggingTask(Task):
 
 def run(cfg: DictConfig, progress: bool = True) -> dict:
     """Train ``cfg.seeds`` seeds (reusing finished ones), write ``results.json`` and the curves; the record."""
-    runtime = Runtime.create(cfg.device, cfg.train.precision, threads=cfg.train.num_threads)
+    runtime = Runtime.from_config(cfg)
     treebank = load_treebank(default_data_root(cfg.data_root), cfg.treebank, cfg.data.max_len, cfg.data.max_word_chars,
                              cfg.data.vocab_fraction, cfg.data.vocab_splits)
     out_dir, label, differs = default_out_dir(cfg), variant_label(cfg.variant, cfg.attention.name), deviations(cfg)
-    seeds = list(range(cfg.first_seed, cfg.first_seed + cfg.seeds))
     console.say(f"{treebank.name} {label}: {len(treebank.chunks['train'])} training chunks, "
                 f"{len(treebank.vocab.words)} words, {len(treebank.vocab.chars)} characters, on {runtime.device}")
     note_deviations(f"--preset {cfg.preset}", differs)
-    per_seed = train_seeds(out_dir, to_dict(cfg), RESUMABLE_KEYS, seeds, runtime,
-                           lambda seed, run_dir: TaggingTask(cfg, treebank, seed, run_dir, runtime),
+    per_seed = train_seeds(out_dir, to_dict(cfg), RESUMABLE_KEYS, range(cfg.first_seed, cfg.first_seed + cfg.seeds),
+                           runtime, lambda seed, run_dir: TaggingTask(cfg, treebank, seed, run_dir, runtime),
                            Plan(max_epochs=cfg.train.max_epochs, patience=cfg.train.patience), _seed_line, progress,
                            desc=f"{treebank.name} {label} seeds")
     from .plots import plot_curves
 
     record = seeds_record(to_dict(cfg), per_seed, ("dev", "test", "dev_acc_after_1_epoch", "updates_to_99pct"),
                           treebank=treebank.name, variant=cfg.variant, label=label, normalizer=cfg.attention.name,
-                          preset=cfg.preset, preset_deviations=differs, seeds=seeds, counts=treebank.counts(),
+                          preset=cfg.preset, preset_deviations=differs, counts=treebank.counts(),
                           runtime=runtime.describe(),
                           plots=[str(plot_curves(per_seed, label, treebank.name, out_dir / "curves.png"))])
     atomic_write_json(out_dir / "results.json", record)

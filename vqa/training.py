@@ -1,10 +1,7 @@
-"""Training MCAN: the work behind ``python -m vqa.train`` (:mod:`vqa.train` parses the command line and
-checks the config before this module, torch and the model are imported).
-
-Protocol of ``MILVLG/mcan-vqa`` (``core/exec.py``) for :class:`common.training.Engine`: BCE summed over the batch
-and the answers on MCAN's soft scores (plus the weighted BAM KL), MCAN's Adam and learning rate
-(:mod:`vqa.mcan.optim`); after every epoch a checkpoint and, when ``data.eval_split`` has annotations, its official
-accuracy. The files of a run: docs/vqa.md ("Outputs")."""
+"""Training MCAN: the work behind ``python -m vqa.train`` (which checks the config before this module, torch and
+the model are imported). The protocol of ``MILVLG/mcan-vqa`` (``core/exec.py``): BCE summed over the batch and the
+answers on MCAN's soft scores (+ the weighted BAM KL), MCAN's Adam and learning rate (:mod:`vqa.mcan.optim`); after
+every epoch a checkpoint and, where ``data.eval_split`` has annotations, its accuracy. The files: docs/vqa.md."""
 from __future__ import annotations
 
 import time
@@ -13,7 +10,7 @@ from typing import Dict, Optional
 import torch
 import torch.nn.functional as F
 from omegaconf import DictConfig
-from torch.utils.data import BatchSampler, DataLoader, DistributedSampler
+from torch.utils.data import BatchSampler, DistributedSampler
 
 from common import attention
 from common.training import Engine, EpochBatches, Plan, Task, TrainState
@@ -46,14 +43,11 @@ class MCANTask(Task):
         vectors = word_vectors(cfg, vocab, env) if cfg.data.glove and fresh else None
         self.model = build_model(cfg, len(vocab), len(self.answers), vectors).to(env.device)
         self.collect_kl = cfg.kl.weight > 0
-        if not self.collect_kl:  # BAM's contextual prior only feeds the KL: frozen, so DDP waits on no unused one
-            for module in self.model.modules():
-                if isinstance(module, attention.ContextualPrior):
-                    module.requires_grad_(False)
+        if not self.collect_kl:
+            attention.freeze_priors(self.model)
         steps_per_epoch = max(1, len(self.train_set) // (cfg.train.batch_size * env.world_size))
         self.optimizer, self.scheduler = build_optimizer(self.model, cfg.optim, steps_per_epoch)
-        if cfg.optim.grad_clip:
-            self.clip = lambda: torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.optim.grad_clip)
+        self.max_grad_norm = cfg.optim.grad_clip or 0.0
         self.net = runtime.compile(wrap_model(self.model, env))
         self.kl = attention.KLSchedule.from_config(cfg.kl)
         # One process reads the same permutation as the shards of N processes put together, so a
@@ -64,16 +58,11 @@ class MCANTask(Task):
             save_run(cfg, out_dir, vocab, self.answers)
 
     def updates(self, epoch: int) -> EpochBatches:
-        """This process's batches of ``epoch`` (its shard of the seed's permutation), the last partial one dropped.
-        Iterating a DataLoader draws its workers' base seed from torch's generator: the loader of a whole epoch draws
-        it at the epoch's start, as one over a sampler does; one resumed inside the epoch has a generator of its own,
-        since the restored state of torch's already holds that draw."""
+        """This process's batches of ``epoch`` (its shard of the seed's permutation), the last partial one dropped."""
         self.sampler.set_epoch(epoch)
-        batches = list(BatchSampler(self.sampler, self.cfg.train.batch_size, drop_last=True))
-        return EpochBatches(batches, lambda part, start: DataLoader(
-            self.train_set, batch_sampler=part, generator=torch.Generator() if start else None,
-            collate_fn=self.train_set.datasets[0].collate, num_workers=self.cfg.train.num_workers,
-            pin_memory=self.runtime.pin_memory))
+        return EpochBatches(list(BatchSampler(self.sampler, self.cfg.train.batch_size, drop_last=True)),
+                            self.train_set, self.train_set.datasets[0].collate, self.cfg.train.num_workers,
+                            self.runtime.pin_memory)
 
     def train_step(self, batch: Dict, state: TrainState) -> Dict[str, torch.Tensor]:
         batch, runtime = self.runtime.to_device(batch), self.runtime
@@ -127,8 +116,7 @@ class MCANTask(Task):
 
 def run(cfg: DictConfig, progress: bool = True) -> Dict:
     """Train (or resume) the run described by ``cfg``; returns the results record."""
-    runtime = Runtime.create(cfg.device, cfg.train.precision, cfg.train.compile, threads=cfg.train.num_threads,
-                             distributed=True)
+    runtime = Runtime.from_config(cfg, distributed=True)
     env = runtime.env
     seed_everything(cfg.seed + env.rank, deterministic=cfg.train.deterministic)
     task, start = MCANTask(cfg, runtime, progress), time.perf_counter()

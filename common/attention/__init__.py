@@ -22,7 +22,7 @@ from common.lazy import lazy_exports
 _EXPORTS = {
     "functional": None, "blocks": None, "maps": None, "structure": None,
     "AuxLosses": "aux", "add_aux_loss": "aux", "aux_losses": "aux", "collecting": "aux",
-    "BAM": "bam", "ContextualPrior": "bam", "Normalizer": "base", "mc_sampling": "base",
+    "BAM": "bam", "ContextualPrior": "bam", "freeze_priors": "bam", "Normalizer": "base", "mc_sampling": "base",
     "Entmax": "entmax", "Entmax15": "entmax", "Sparsemax": "entmax", "DenseGroups": "groups",
     "EdgeGroups": "groups", "available": "registry", "build": "registry", "is_stochastic": "registry",
     "register": "registry",

@@ -87,6 +87,15 @@ class ContextualPrior(nn.Module):
         return out.movedim(-1, head_axis + 1)
 
 
+def freeze_priors(model: nn.Module) -> int:
+    """Freeze every :class:`ContextualPrior` of ``model`` for a run without the KL, the only term that trains them:
+    they get no gradient, for which DistributedDataParallel would wait (call it before wrapping); how many."""
+    priors = [module for module in model.modules() if isinstance(module, ContextualPrior)]
+    for prior in priors:
+        prior.requires_grad_(False)
+    return len(priors)
+
+
 class BAM(Normalizer):
     """Stochastic attention with a Weibull or Lognormal posterior and a fixed or contextual prior.
 

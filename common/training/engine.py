@@ -81,12 +81,14 @@ class TrainState:
 
 class Task:
     """What a domain supplies to the :class:`Engine`. Set ``model``, ``optimizer`` (and ``scheduler``, stepped
-    after every update; ``clip``, called on the unscaled gradients) in ``__init__``, and define :meth:`updates`
-    and :meth:`train_step`; the other methods have defaults."""
+    after every update; ``max_grad_norm``, or ``clip``, called on the unscaled gradients) in ``__init__``, and define
+    :meth:`updates` and :meth:`train_step`; the other methods have defaults."""
 
     model: torch.nn.Module
     optimizer: torch.optim.Optimizer
     scheduler: Any = None
+    #: Where > 0, the gradients' total norm is clipped to it before each step (unless ``clip`` is set).
+    max_grad_norm: float = 0.0
     clip: Optional[Callable[[], Any]] = None
     #: Why an epoch could hold no update, and the fix (the engine's error when :meth:`updates` is empty).
     empty_epoch: Tuple[str, str] = ("the training data holds fewer examples than one batch", "lower the batch size")
@@ -343,7 +345,10 @@ class Engine:
         runtime.begin_step()
         task.optimizer.zero_grad(set_to_none=True)
         values = task.train_step(update, s)
-        runtime.step(task.optimizer, task.clip)
+        clip = task.clip
+        if clip is None and task.max_grad_norm > 0:
+            clip = lambda: torch.nn.utils.clip_grad_norm_(task.model.parameters(), task.max_grad_norm)  # noqa: E731
+        runtime.step(task.optimizer, clip)
         if task.scheduler is not None:
             task.scheduler.step()
         s.step, s.batch = s.step + 1, s.batch + 1

@@ -51,16 +51,16 @@ def train_seeds(out_dir: Path, config: Dict, resumable: Iterable[str], seeds: It
 
 
 def seeds_record(config: Dict, per_seed: List[Mapping], summary: Iterable[str] = (), **fields) -> Dict:
-    """``results.json`` of a multi-seed run (:func:`~common.utils.results_record`): ``fields``; the mean +- std over
-    the seeds of each ``summary`` key of their records (of each metric, where the key holds a dict of metrics:
-    ``dev``, ``test``; a key the records lack is left out); ``train_seconds`` (``{"per_seed": [...], "total": ...}``,
-    each kept from the run that trained the seed); and ``per_seed``, the records."""
+    """``results.json`` of a multi-seed run (:func:`~common.utils.results_record`): ``fields``; the ``seeds`` (each
+    record's ``seed``); the mean +- std over the seeds of each ``summary`` key of their records (of each metric, where
+    the key holds a dict of metrics: ``dev``, ``test``; a key the records lack is left out); ``train_seconds``
+    (``{"per_seed": [...], "total": ...}``, each kept from the run that trained the seed); and ``per_seed``."""
     seconds = [record["train_seconds"] for record in per_seed]
     means = {key: {metric: mean_std([record[key][metric] for record in per_seed]) for metric in per_seed[0][key]}
              if isinstance(per_seed[0][key], Mapping) else mean_std([record[key] for record in per_seed])
              for key in summary if key in per_seed[0]}
-    return results_record(config, **fields, **means, train_seconds={"per_seed": seconds, "total": sum(seconds)},
-                          per_seed=per_seed)
+    return results_record(config, **fields, seeds=[record["seed"] for record in per_seed], **means,
+                          train_seconds={"per_seed": seconds, "total": sum(seconds)}, per_seed=per_seed)
 
 
 def seed_run_files(out_dir: Path, seeds: Iterable[int]) -> List[Path]:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import random
 import re
 from pathlib import Path
-from typing import Any, Dict, Optional, Union
+from typing import Any, Dict, List, Optional, Union
 
 import numpy as np
 import torch
@@ -137,3 +137,17 @@ class Checkpointer:
             scaler.load_state_dict(state["scaler"])
         set_rng_state(state["rng"])
         return state
+
+
+def average_checkpoints(paths: List[Path], key: str = "model") -> Dict[str, torch.Tensor]:
+    """The element-wise mean of the ``key`` weights of several checkpoint files, summed in float64 (fairseq's
+    ``average_checkpoints``); a tensor that is not floating point is taken from the last file."""
+    if not paths:
+        raise FileNotFoundError("no checkpoints to average")
+    total: Dict[str, torch.Tensor] = {}
+    for path in paths:
+        state = torch.load(path, map_location="cpu", weights_only=False)[key]
+        for name, value in state.items():
+            value = value.double() if value.is_floating_point() else value
+            total[name] = total[name] + value if name in total and value.is_floating_point() else value
+    return {name: (v / len(paths)).float() if v.is_floating_point() else v for name, v in total.items()}

@@ -79,14 +79,16 @@ def load_user_config(config_file: str) -> DictConfig:
 @dataclasses.dataclass(frozen=True)
 class Rule:
     """Allowed values of one config key: a closed range ``[low, high]`` (``low_open`` /
-    ``high_open`` exclude an end) or a set of ``choices`` (for a list: of each item). ``null``
-    passes: whether a key may be null is the type check's call (only keys packaged as ``null`` may be)."""
+    ``high_open`` exclude an end) or a set of ``choices`` (for a list: of each item, and the list must hold
+    the ``required`` ones). ``null`` passes: whether a key may be null is the type check's call (only keys
+    packaged as ``null`` may be)."""
 
     low: Optional[float] = None
     high: Optional[float] = None
     low_open: bool = False
     choices: Optional[Sequence[str]] = None
     high_open: bool = False
+    required: Sequence[str] = ()
 
     def problem(self, value: Any) -> Optional[str]:
         """What is wrong with ``value`` (None: nothing)."""
@@ -95,7 +97,9 @@ class Rule:
         if self.choices is not None:
             listed = ", ".join(map(str, self.choices))
             if isinstance(value, (list, ListConfig)):
-                return None if all(item in self.choices for item in value) else f"expected a list of {listed}"
+                with_required = f" with {', '.join(self.required)}" if self.required else ""
+                fits = all(item in self.choices for item in value) and all(item in value for item in self.required)
+                return None if fits else f"expected a list of {listed}{with_required}"
             return None if value in self.choices else f"expected one of {listed}"
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             return "expected a number"

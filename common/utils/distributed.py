@@ -143,6 +143,13 @@ def global_count(local: int, env: DistEnv, device: torch.device) -> int:
     return int(all_reduce_sum(torch.tensor(local, device=device), env)) if env.distributed else local
 
 
+def share_of_mean(local_sum: torch.Tensor, count: int, world_size: int) -> torch.Tensor:
+    """This process's part of a global batch's mean loss: its ``local_sum`` over the global ``count`` (of
+    :func:`global_count`) times ``world_size``, which DistributedDataParallel's gradient averaging divides out
+    again. One process: the batch mean."""
+    return local_sum * (world_size / max(int(count), 1))
+
+
 def broadcast_objects(objects: List[Any], env: DistEnv, src: int = 0) -> List[Any]:
     """The main process's ``objects`` (picklable) on every process, e.g. a decision taken after
     a validation that only the main process ran."""

@@ -3,7 +3,7 @@
 Every train, evaluate, translate and visualize CLI builds one :class:`Runtime` from the shared
 ``--device`` option and the ``train.precision`` / ``train.compile`` config keys::
 
-    runtime = Runtime.create(cfg.device, cfg.train.precision, cfg.train.compile, threads=...)
+    runtime = Runtime.from_config(cfg)               # device, train.precision, .compile, .num_threads
     model = build_model(cfg).to(runtime.device)
     forward = runtime.compile(model)                 # call this; checkpoints save ``model``
     for batch in loader:                             # DataLoader(..., pin_memory=runtime.pin_memory)
@@ -132,6 +132,14 @@ class Runtime:
         resolved = resolve_device(device, local_rank)
         env = init_distributed(device=str(resolved)) if distributed else DistEnv(device=resolved)
         return cls(env.device, precision, compile, env)
+
+    @classmethod
+    def from_config(cls, cfg: Any, distributed: bool = False) -> "Runtime":
+        """:meth:`create` from a run config: ``device``, ``train.precision``, ``train.compile`` (off where the config
+        has no such key) and ``train.num_threads``."""
+        train = cfg.train
+        return cls.create(cfg.device, train.precision, train.get("compile", False), threads=train.num_threads,
+                          distributed=distributed)
 
     # ------------------------------------------------------------------ model ----
     @property

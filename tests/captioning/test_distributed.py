@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from captioning import training
@@ -15,10 +16,11 @@ from captioning.config import load_config
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_two_processes_train_and_the_first_writes(coco_fixture, tiny_overrides, tmp_path):
+@pytest.mark.parametrize("kl_weight", [1.0, 0.0])  # 0: no KL, so the frozen priors must stay out of DDP's reduction
+def test_two_processes_train_and_the_first_writes(coco_fixture, tiny_overrides, tmp_path, kl_weight):
     out = tmp_path / "run"
     overrides = [*tiny_overrides(coco_fixture["root"], out), "train.epochs=1", "eval.every=1", "eval.split=val",
-                 "eval.metrics=[cider]"]
+                 "eval.metrics=[cider]", f"kl.weight={kl_weight}"]
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
                "-m", "captioning.train", "--attention", "bam-wc", "--no-progress", "--device", "cpu", *overrides]
     env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}

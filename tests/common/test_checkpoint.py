@@ -3,7 +3,7 @@ import pytest
 import torch
 from torch import nn
 
-from common.utils.checkpoint import Checkpointer
+from common.utils.checkpoint import Checkpointer, average_checkpoints
 
 
 def _setup():
@@ -53,3 +53,13 @@ def test_fresh_run_and_unreadable_checkpoint(tmp_path):
     (ckpt.dir / "step_7.pt").write_bytes(b"truncated")
     with pytest.raises(RuntimeError, match="step_7.pt cannot be read.*delete it"):
         ckpt.load_latest(model, opt)
+
+
+def test_average_checkpoints_is_the_mean_and_keeps_the_last_integer_tensor(tmp_path):
+    for i, value in enumerate((1.0, 2.0, 4.0)):
+        torch.save({"model": {"w": torch.full((2,), value), "n": torch.tensor(i)}}, tmp_path / f"{i}.pt")
+    avg = average_checkpoints([tmp_path / f"{i}.pt" for i in range(3)])
+    assert torch.equal(avg["w"], torch.full((2,), 7.0 / 3, dtype=torch.float64).float())
+    assert avg["n"].item() == 2
+    with pytest.raises(FileNotFoundError, match="no checkpoints"):
+        average_checkpoints([])

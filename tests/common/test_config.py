@@ -147,7 +147,9 @@ def _lxmert(overrides):
     (_att2in, "optim.decay_rate=0", "optim.decay_rate=0: expected a number > 0"),
     (_att2in, "eval.split=dev", "eval.split='dev': expected one of train, restval, val, test"),
     (_att2in, "eval.metrics=[bleu,wer]",
-     "eval.metrics=['bleu', 'wer']: expected a list of bleu, meteor, rouge, cider, spice"),
+     "eval.metrics=['bleu', 'wer']: expected a list of bleu, meteor, rouge, cider, spice with cider"),
+    (_att2in, "eval.metrics=[bleu]",  # val CIDEr chooses the best checkpoint
+     "eval.metrics=['bleu']: expected a list of bleu, meteor, rouge, cider, spice with cider"),
     (_att2in, "train.seq_per_img=0", "train.seq_per_img=0: expected a number >= 1"),
     (_mcan, "model.layers=0", "model.layers=0: expected a number >= 1"),
     (_mcan, "optim.eps=0", "optim.eps=0: expected a number > 0"),

@@ -160,3 +160,19 @@ def test_compile_modes(value, mode):
 def test_bad_compile_modes_are_one_line_errors(value, message):
     with pytest.raises(DeviceError, match=message):
         Runtime(torch.device("cpu"), compile_mode=value)
+
+
+def test_a_runtime_from_a_run_config_reads_its_keys_and_sets_the_threads():
+    from omegaconf import OmegaConf
+
+    before = torch.get_num_threads()
+    try:
+        cfg = OmegaConf.create({"device": "cpu", "train": {"precision": "bf16", "compile": "default",
+                                                           "num_threads": 1}})
+        runtime = Runtime.from_config(cfg)
+        assert runtime.device == torch.device("cpu") and runtime.precision == "bf16"
+        assert runtime.compile_mode == "default" and torch.get_num_threads() == 1
+        no_compile_key = OmegaConf.create({"device": "cpu", "train": {"precision": "fp32", "num_threads": None}})
+        assert Runtime.from_config(no_compile_key).compile_mode is None  # tagging and GLUE have no such key
+    finally:
+        torch.set_num_threads(before)

@@ -7,7 +7,6 @@ import torch
 
 from common.utils.paths import CACHE_ENV, DATA_ROOT_ENV
 from mt import evaluate, plots, train, translate
-from mt.run import average_state_dicts
 
 TINY = ["model.emb_dim=16", "model.enc_hidden=16", "model.dec_hidden=16", "model.attn_hidden=16",
         "batching.max_tokens=120", "data.num_merges=40", "train.eval_every=3", "train.log_every=1",
@@ -63,13 +62,6 @@ def test_train_resume_evaluate_translate(tiny_root, tmp_path, capsys, monkeypatc
     assert translate.main([str(straight), "--beam", "3"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 3  # one output line per input line, the empty one included
-
-
-def test_checkpoint_average_is_the_mean(tmp_path):
-    for i, value in enumerate((1.0, 3.0)):
-        torch.save({"model": {"w": torch.full((2,), value), "n": torch.tensor(i)}}, tmp_path / f"{i}.pt")
-    avg = average_state_dicts([tmp_path / "0.pt", tmp_path / "1.pt"])
-    assert avg["w"].tolist() == [2.0, 2.0] and avg["w"].dtype == torch.float32
 
 
 def test_cli_errors_are_clear(tmp_path, capsys):

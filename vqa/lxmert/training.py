@@ -1,20 +1,15 @@
-"""Fine-tuning LXMERT: the work behind ``python -m vqa.lxmert.train`` (which checks the command line and the
-config before this module, torch, transformers and the model are imported); :class:`common.training.Engine` runs
-the updates.
-
-Variants (``vqa/configs/lxmert.yaml``): ``softmax``, ``span``, ``entmax``, ``layerdrop``, ``bam``. The loss is
-LXMERT's ``A * BCE`` on the soft scores over the ``A`` answers, plus the adaptive-span penalty and the weighted
-BAM KL, both collected with :func:`common.attention.aux_losses`; span fractions are clamped to ``[0, 1]`` after
-every update. The batches of an epoch are a fixed permutation per ``seed`` and epoch, so a resumed run sees the
-same ones; LayerDrop and BAM sampling act in training mode only, and the evaluation at every epoch's end prunes
-``layerdrop.<stack>`` layers per stack with the every-other rule when ``model.prune_at_eval``. The files of a
-run: docs/lxmert.md."""
+"""Fine-tuning LXMERT: the work behind ``python -m vqa.lxmert.train`` (which checks the config before this module,
+torch and transformers are imported). Variants (``vqa/configs/lxmert.yaml``): ``softmax``, ``span``, ``entmax``,
+``layerdrop``, ``bam``. The loss is LXMERT's ``A * BCE`` on the soft scores of the ``A`` answers + the adaptive-span
+penalty + the weighted BAM KL (:func:`common.attention.aux_losses`); spans are clamped to ``[0, 1]`` after every
+update; every epoch's end evaluates, with ``layerdrop.<stack>`` layers pruned per stack (every other) where
+``model.prune_at_eval``. The files of a run: docs/lxmert.md."""
 from __future__ import annotations
 
 import json
 import time
 from pathlib import Path
-from typing import Callable, Dict, Optional
+from typing import Dict, Optional
 
 import torch
 from omegaconf import DictConfig
@@ -57,35 +52,30 @@ class LxmertTask(Task):
         self.train_set, eval_set, self.eval_annotations = load_data(cfg, self.answers)
         self.per_epoch = full_batches(len(self.train_set), cfg.train.batch_size,
                                       f"training questions of data.train_splits {list(cfg.data.train_splits)}")
-        self.eval_loader = None if eval_set is None else \
-            self._loader(eval_set, eval_set.collate, batch_size=cfg.train.eval_batch_size)
+        # a generator of its own: evaluating draws nothing from the global one (dropout, LayerDrop go on as before)
+        self.eval_loader = None if eval_set is None else DataLoader(
+            eval_set, batch_size=cfg.train.eval_batch_size, collate_fn=eval_set.collate, pin_memory=runtime.pin_memory,
+            num_workers=cfg.train.num_workers, generator=torch.Generator().manual_seed(cfg.seed))
         self.model, self.report = prepare_model(cfg, out_dir, self.answers, resuming)
         self.model.to(runtime.device)
         self.forward = runtime.compile(self.model)
         # AdamW's linear decay spans every epoch
         self.optimizer, self.scheduler = build_optimizer(self.model, cfg.optim, self.per_epoch * cfg.train.epochs)
-        self.clip = (lambda: torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.optim.grad_clip)) \
-            if cfg.optim.grad_clip else None
+        self.max_grad_norm = cfg.optim.grad_clip or 0.0
         self.kl = attention.KLSchedule.from_config(cfg.kl)
         self.collect = self.adaptation.span is not None or cfg.kl.weight > 0
         self.last_bce: Optional[torch.Tensor] = None  # the BCE of the latest update, reported at evaluations
         self.predictions: Dict[int, str] = {}
 
-    def _loader(self, dataset, collate: Callable, **options) -> DataLoader:
-        """A DataLoader with its own generator: iterating it draws nothing from the global generator, so
-        evaluation and a resumed epoch leave the training randomness (dropout, LayerDrop) as it was."""
-        return DataLoader(dataset, collate_fn=collate, num_workers=self.cfg.train.num_workers,
-                          generator=torch.Generator().manual_seed(self.cfg.seed), pin_memory=self.runtime.pin_memory,
-                          **options)
-
     def updates(self, epoch: int) -> EpochBatches:
-        """The epoch's full batches, a fixed permutation per seed and epoch (a resumed epoch replays them)."""
+        """The epoch's full batches, a fixed permutation per seed and epoch (a resumed epoch replays them), loaded
+        with a generator of their own (a resumed epoch leaves the training randomness as it was)."""
         order = torch.randperm(len(self.train_set),
                                generator=torch.Generator().manual_seed(self.cfg.seed * 1000 + epoch)).tolist()
         size = self.cfg.train.batch_size
-        return EpochBatches([order[i * size:(i + 1) * size] for i in range(len(order) // size)],
-                            lambda part, start: self._loader(self.train_set, self.train_set.datasets[0].collate,
-                                                             batch_sampler=part))
+        return EpochBatches([order[i * size:(i + 1) * size] for i in range(len(order) // size)], self.train_set,
+                            self.train_set.datasets[0].collate, self.cfg.train.num_workers, self.runtime.pin_memory,
+                            lambda: torch.Generator().manual_seed(self.cfg.seed))
 
     def train_step(self, batch: dict, state: TrainState) -> Dict[str, torch.Tensor]:
         device = self.runtime.device
@@ -134,7 +124,7 @@ class LxmertTask(Task):
 
 def run(cfg: DictConfig, progress: bool = True) -> Dict:
     """Train (or resume) the run described by ``cfg``; returns its results record."""
-    runtime = Runtime.create(cfg.device, cfg.train.precision, cfg.train.compile, threads=cfg.train.num_threads)
+    runtime = Runtime.from_config(cfg)
     seed_everything(cfg.seed, deterministic=cfg.train.deterministic)
     out_dir, config = default_out_dir(cfg), to_dict(cfg)
     checkpoints = Checkpointer(out_dir).paths()
