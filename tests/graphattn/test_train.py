@@ -136,3 +136,19 @@ def test_a_preset_with_a_conflicting_override_is_run_with_a_note(tmp_path, monke
     assert results["preset"] == "official"
     assert results["preset_deviations"] == {"optim.lr": {"preset": 0.005, "run": 0.01}}
     assert "differs from preset=official in optim.lr=0.01 (preset: 0.005)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("weight, frozen", [(0.0, True), (0.1, False)])
+def test_a_run_without_the_kl_freezes_the_contextual_priors(tmp_path, weight, frozen):
+    """Only the KL trains BAM's contextual prior: without it the prior is frozen, so that DDP (``--loader neighbor``
+    under torchrun) does not wait for its gradient."""
+    from common.utils.runtime import Runtime
+    from graphattn.training import GATTask
+
+    from .probes import synthetic_graph
+
+    cfg = load_config("cora", "bam-wc", [f"kl.weight={weight}", "model.hidden_channels=4", "model.heads=2"])
+    task = GATTask(cfg, synthetic_graph(), 0, tmp_path / "seed0", Runtime(torch.device("cpu")))
+    priors = [p for name, p in task.model.named_parameters() if ".prior_net." in name]
+    assert priors and all(p.requires_grad is not frozen for p in priors)
+    assert all(p.requires_grad for name, p in task.model.named_parameters() if ".prior_net." not in name)
