@@ -6,8 +6,8 @@ evaluation; the :class:`Engine` owns everything else.
 
 The engine runs the updates of each epoch (``task.updates(epoch)``, resumable at any position), each under
 :func:`~common.utils.console.finish_first` so that a Ctrl-C lets the update end, checkpoints it and re-raises; it
-zeroes the gradients, lets the task compute its losses and call ``runtime.backward``, clips (``task.clip``) and
-steps the optimizer, the fp16 scaler and the scheduler. It sums the step's logged values on the device (read only
+zeroes the gradients, lets the task compute its losses and call ``runtime.backward``, clips
+(``task.max_grad_norm``) and steps the optimizer, the fp16 scaler and the scheduler. It sums the step's logged values on the device (read only
 at ``log_every`` updates and at epoch ends: no host synchronisation per step), evaluates on its cadence
 (every ``eval_every`` updates, or every ``eval_epochs`` epochs, and always after the last update), keeps the best
 evaluation (``task.judge``) and stops when the patience, the epochs, the updates or the minutes run out.
