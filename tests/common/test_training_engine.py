@@ -223,6 +223,20 @@ def test_the_seeds_record_summarises_metric_dicts_and_numbers_over_the_seeds():
     assert record["per_seed"] == per_seed and record["task"] == "toy" and record["config"] == {"lr": 0.1}
 
 
+@pytest.mark.parametrize("max_grad_norm", [0.0, 0.5])
+def test_the_engine_clips_the_gradient_norm_to_the_tasks_max_grad_norm(tmp_path, max_grad_norm):
+    task = ToyTask(0, CPU, dropout=0.0)
+    task.clip, task.scheduler, task.max_grad_norm = None, None, max_grad_norm
+    task.optimizer = torch.optim.SGD(task.model.parameters(), lr=1.0)  # an update is minus the gradient
+    before = [p.detach().clone() for p in task.model.parameters()]
+    Engine(CPU, tmp_path, Plan(max_updates=1, max_epochs=1), progress=False).fit(task)
+    step = torch.cat([(p.detach() - b).flatten() for p, b in zip(task.model.parameters(), before)]).norm()
+    if max_grad_norm:
+        assert step.item() == pytest.approx(max_grad_norm, rel=1e-5)
+    else:
+        assert step.item() > 5  # the toy's first gradient, unclipped
+
+
 def test_the_state_round_trips_through_a_checkpoint(tmp_path):
     _, state = fit(tmp_path, CPU, Plan(max_epochs=2))
     saved = torch.load(Checkpointer(tmp_path).paths()[-1], weights_only=False)
