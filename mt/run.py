@@ -16,8 +16,7 @@ import torch
 from torch import nn
 
 from common.text import Vocabulary
-from common.utils import Checkpointer, atomic_write_json
-from common.utils.checkpoint import average_checkpoints
+from common.utils import Checkpointer, atomic_write_json, average_checkpoints
 from common.utils.config import check_resumable
 
 from .bpe import BPE

@@ -3,8 +3,8 @@ metrics logging and results records (``distributed`` is imported on demand). Eac
 submodule on first use (:mod:`common.lazy`)."""
 from common.lazy import lazy_exports
 
-_EXPORTS = {"Checkpointer": "checkpoint", "atomic_save": "io", "atomic_save_figure": "io",
-            "atomic_write_json": "io", "atomic_write_text": "io", "MetricsLogger": "logger",
+_EXPORTS = {"Checkpointer": "checkpoint", "average_checkpoints": "checkpoint", "atomic_save": "io",
+            "atomic_save_figure": "io", "atomic_write_json": "io", "atomic_write_text": "io", "MetricsLogger": "logger",
             "read_metrics": "logger", "DataRootError": "paths", "cache_dir": "paths",
             "default_data_root": "paths", "environment": "results", "git_commit": "results",
             "results_record": "results", "seed_everything": "seed"}
